@@ -1,0 +1,16 @@
+//! Error shapes shared by every sagaworks service.
+//!
+//! * REST answers errors as [`Problem`] (RFC 9457 `application/problem+json`).
+//! * gRPC answers errors as a [`tonic::Status`] whose code carries the meaning
+//!   callers act on; [`status`] has the constructors the services use so the
+//!   same failure gets the same code everywhere, and [`db_status`] maps
+//!   database failures without leaking SQL to callers.
+//!
+//! Each service keeps its own `thiserror` enum and maps it in exactly one
+//! `From<Error> for Status` (or `IntoResponse`) impl built from these pieces.
+
+mod problem;
+pub mod status;
+
+pub use problem::{FieldError, Problem};
+pub use status::db_status;

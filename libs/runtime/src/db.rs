@@ -1,0 +1,47 @@
+//! The service's own PostgreSQL database.
+
+use sagaworks_config::DatabaseSettings;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use std::str::FromStr;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("invalid database url: {0}")]
+    Url(#[source] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("database unreachable: {0}")]
+    Connect(#[source] sqlx::Error),
+}
+
+/// A lazily connecting pool: the service starts (and reports not-ready) even
+/// when its database is down, and recovers when it comes back.
+pub fn pool(settings: &DatabaseSettings) -> Result<PgPool, DbError> {
+    let options = PgConnectOptions::from_str(&settings.url).map_err(DbError::Url)?;
+    Ok(PgPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(Duration::from_millis(settings.acquire_timeout_ms))
+        .connect_lazy_with(options))
+}
+
+/// Applies `migrators` in order. Each may share the `_sqlx_migrations` table
+/// with the others (versions must not collide), so a shared library (the
+/// outbox) can ship its own tables next to the service's.
+pub async fn migrate(pool: &PgPool, migrators: &mut [Migrator]) -> Result<(), DbError> {
+    for m in migrators.iter_mut() {
+        m.set_ignore_missing(true);
+        m.run(pool).await?;
+    }
+    Ok(())
+}
+
+/// `SELECT 1` within `timeout`.
+pub async fn ping(pool: &PgPool, timeout: Duration) -> Result<(), String> {
+    match tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(pool)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {timeout:?}")),
+    }
+}

@@ -1,0 +1,21 @@
+//! Plumbing every sagaworks service shares, so a service's `startup` module
+//! reads as a list of what it runs rather than how.
+//!
+//! * [`db`]: the connection pool and start-up migrations.
+//! * [`health`]: `/health/live`, `/health/ready` (runs [`health::Check`]s) and
+//!   `/metrics` as one axum router.
+//! * [`metrics`]: the process-wide Prometheus recorder.
+//! * [`shutdown`]: a cancellation token fired by SIGTERM or Ctrl-C.
+
+pub mod db;
+pub mod health;
+pub mod metrics;
+pub mod shutdown;
+
+use sagaworks_config::ListenSettings;
+use tokio::net::TcpListener;
+
+/// Binds a listener (port 0 picks a free one; read it back with `local_addr`).
+pub async fn bind(settings: &ListenSettings) -> std::io::Result<TcpListener> {
+    TcpListener::bind(settings.address()).await
+}

@@ -1,0 +1,53 @@
+//! Helpers for tests that talk to real infrastructure.
+//!
+//! * [`TestDatabase`]: a fresh, uniquely named PostgreSQL database on the
+//!   local server (`SW_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/postgres`),
+//!   dropped again when the value is dropped. Tests never share a database.
+//! * [`Broker`]: a real Kafka-protocol broker (Tansu) on a free port, started
+//!   per test; can be stopped and restarted on the same port to test outages.
+//! * [`free_port`], [`init_logs`], [`eventually`].
+//!
+//! Nothing here skips: when Postgres or the broker binary is missing the
+//! helper panics with what to install, so a test can only pass for real.
+
+mod broker;
+mod database;
+
+pub use broker::Broker;
+pub use database::TestDatabase;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// A TCP port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Sends service logs to the test's captured output (`RUST_LOG` filters; default `warn`).
+pub fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// Polls `probe` until it returns `Some`, or panics after `timeout` naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
