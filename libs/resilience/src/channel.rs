@@ -1,0 +1,160 @@
+//! [`ResilientChannel`]: the composed stack for one downstream, and [`channel`] to build it.
+//!
+//! The channel itself is the outermost layer: it counts every logical call
+//! (`resilience_calls_total{downstream,outcome}`) and times it
+//! (`resilience_call_duration_seconds{downstream}`), retries and backoff included.
+
+use crate::body::{BufferBodyLayer, to_tonic_body};
+use crate::breaker::{Breaker, BreakerLayer, CircuitState};
+use crate::bulkhead::BulkheadLayer;
+use crate::outcome::Outcome;
+use crate::retry::RetryPolicy;
+use crate::timeout::TimeoutLayer;
+use crate::{BoxError, ClientSettings, ResilienceError};
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tonic::body::Body;
+use tower::ServiceBuilder;
+use tower::retry::RetryLayer;
+use tower::util::BoxCloneSyncService;
+
+/// A cloneable gRPC channel to one downstream with the resilience stack applied.
+///
+/// Clones share the connection, the breaker, the bulkhead and the retry budget: build one
+/// per downstream at startup and clone it into every client.
+#[derive(Clone)]
+pub struct ResilientChannel {
+    downstream: &'static str,
+    inner: BoxCloneSyncService<Request<Body>, Response<Body>, BoxError>,
+    breaker: Arc<Breaker>,
+}
+
+impl fmt::Debug for ResilientChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResilientChannel")
+            .field("downstream", &self.downstream)
+            .field("breaker", &self.breaker_state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResilientChannel {
+    /// Name of the downstream (the `downstream` label of the metrics).
+    pub fn downstream(&self) -> &'static str {
+        self.downstream
+    }
+
+    /// Current state of this downstream's circuit breaker.
+    pub fn breaker_state(&self) -> CircuitState {
+        self.breaker.state()
+    }
+}
+
+impl tower::Service<Request<Body>> for ResilientChannel {
+    type Response = Response<Body>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Response<Body>, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let downstream = self.downstream;
+        let started = tokio::time::Instant::now();
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let result = fut.await;
+            let outcome = Outcome::of(&result).label();
+            metrics::counter!("resilience_calls_total", "downstream" => downstream, "outcome" => outcome)
+                .increment(1);
+            metrics::histogram!("resilience_call_duration_seconds", "downstream" => downstream)
+                .record(started.elapsed().as_secs_f64());
+            result
+        })
+    }
+}
+
+/// Builds the channel for downstream `name` (used in metrics and logs). Connects lazily.
+pub fn channel(name: &'static str, settings: &ClientSettings) -> Result<ResilientChannel, ResilienceError> {
+    settings.validate()?;
+    let endpoint = tonic::transport::Endpoint::from_shared(settings.url.clone())
+        .map_err(|e| ResilienceError::InvalidUrl { url: settings.url.clone(), reason: e.to_string() })?
+        // No `Endpoint::timeout`: the stack's timeout layer bounds every attempt.
+        .connect_timeout(Duration::from_millis(settings.connect_timeout_ms));
+    Ok(stack(name, settings, endpoint.connect_lazy()))
+}
+
+/// Wraps `transport` in the stack, outermost first:
+/// metrics -> buffer body -> bulkhead -> retry -> breaker -> timeout -> transport.
+/// `settings` must be valid.
+pub(crate) fn stack<T>(name: &'static str, settings: &ClientSettings, transport: T) -> ResilientChannel
+where
+    T: tower::Service<Request<Body>, Response = Response<Body>> + Clone + Send + Sync + 'static,
+    T::Error: Into<BoxError>,
+    T::Future: Send + 'static,
+{
+    let breaker = Breaker::new(name, settings.breaker.clone());
+    let inner = ServiceBuilder::new()
+        .layer(BufferBodyLayer)
+        .layer(BulkheadLayer::new(name, settings.bulkhead.max_concurrent_calls))
+        .layer(RetryLayer::new(RetryPolicy::new(name, &settings.retry)))
+        .layer(BreakerLayer::new(Arc::clone(&breaker)))
+        .layer(TimeoutLayer::new(name, Arc::new(settings.clone())))
+        .map_request(to_tonic_body)
+        .map_err(Into::<BoxError>::into)
+        .service(transport);
+    ResilientChannel { downstream: name, inner: BoxCloneSyncService::new(inner), breaker }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BreakerSettings, Rejection, RetrySettings};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tower::ServiceExt;
+
+    fn unavailable_transport(calls: Arc<AtomicUsize>) -> impl tower::Service<Request<Body>, Response = Response<Body>, Error = BoxError, Future = BoxFuture<'static, Result<Response<Body>, BoxError>>> + Clone + Send + Sync + 'static {
+        tower::service_fn(move |_req: Request<Body>| -> BoxFuture<'static, Result<Response<Body>, BoxError>> {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async {
+                Ok(Response::builder().header("grpc-status", "14").body(Body::empty()).expect("valid response"))
+            })
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_attempt_is_recorded_by_the_breaker_and_its_rejection_is_not_retried() {
+        let settings = ClientSettings {
+            retry: RetrySettings { max_attempts: 3, ..Default::default() },
+            breaker: BreakerSettings { sliding_window_size: 4, minimum_calls: 4, ..Default::default() },
+            ..Default::default()
+        };
+        let calls = Arc::new(AtomicUsize::new(0));
+        let channel = stack("inventory", &settings, unavailable_transport(Arc::clone(&calls)));
+        let req = || Request::builder().uri("http://x/svc/GetStock").body(Body::empty()).unwrap();
+
+        let first = channel.clone().oneshot(req()).await.unwrap();
+        assert_eq!(first.headers()["grpc-status"], "14");
+        assert_eq!(calls.load(Ordering::SeqCst), 3, "three attempts, three failures recorded");
+        assert_eq!(channel.breaker_state(), CircuitState::Closed);
+
+        let err = channel.clone().oneshot(req()).await.unwrap_err();
+        assert_eq!(calls.load(Ordering::SeqCst), 4, "4th failure opened it; the retry was rejected, not sent");
+        assert_eq!(channel.breaker_state(), CircuitState::Open);
+        let status = tonic::Status::from_error(err);
+        assert!(matches!(crate::rejection(&status), Some(Rejection::CircuitOpen { .. })), "{status:?}");
+    }
+
+    #[test]
+    fn invalid_settings_and_urls_are_typed_errors() {
+        let bad = ClientSettings { timeout_ms: 0, ..Default::default() };
+        assert!(matches!(channel("inventory", &bad), Err(ResilienceError::InvalidSetting { key: "timeout_ms", .. })));
+        let bad = ClientSettings::with_url("not a url");
+        assert!(matches!(channel("inventory", &bad), Err(ResilienceError::InvalidUrl { .. })));
+    }
+}
