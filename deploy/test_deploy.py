@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""Tests of the deployment files that can run without a container engine.
+
+* consistency.py passes on the real compose file and overlays, and catches each kind of
+  drift it is meant to catch (every negative case breaks one real rendering);
+* deploy/http-probe against a real HTTP server (2xx, 503, 404, hung server, no server);
+* deploy/postgres/init.sql in a throw-away PostgreSQL cluster: roles, passwords, one
+  database each and no cross access;
+* the kafka-init script in docker-compose.yml is valid bash.
+
+Run from the repository root: `python3 deploy/test_deploy.py` (scripts/validate-deploy
+does). Needs docker-compose, kubectl, PyYAML and PostgreSQL's initdb/pg_ctl/psql.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import http.server
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "deploy"))
+
+import consistency  # noqa: E402
+
+PROBE = ROOT / "deploy" / "http-probe"
+INIT_SQL = ROOT / "deploy" / "postgres" / "init.sql"
+
+
+def render_compose() -> dict:
+    out = subprocess.run(
+        ["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config"],
+        check=True, capture_output=True, text=True, cwd=ROOT,
+    ).stdout
+    return yaml.safe_load(out)
+
+
+def render_overlay(name: str) -> list[dict]:
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(ROOT / "k8s" / "overlays" / name)],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+class ConsistencyTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.keys = consistency.load_keys(ROOT / "deploy" / "config-keys.txt")
+        cls.compose = render_compose()
+        cls.k8s = {"dev": render_overlay("dev"), "prod": render_overlay("prod")}
+
+    def failures(self, compose=None, k8s=None) -> list[str]:
+        report = consistency.check_all(
+            self.keys, compose if compose is not None else self.compose, k8s if k8s is not None else self.k8s
+        )
+        return report.failures
+
+    def assert_fails(self, failures: list[str], needle: str) -> None:
+        self.assertTrue(any(needle in f for f in failures), f"expected a failure with {needle!r}, got {failures}")
+
+    def deployment(self, docs: list[dict], name: str) -> dict:
+        return next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
+
+    def test_real_files_are_consistent(self) -> None:
+        self.assertEqual(self.failures(), [])
+
+    def test_publishing_a_grpc_port_fails(self) -> None:
+        compose = copy.deepcopy(self.compose)
+        compose["services"]["order"]["ports"] = ["50051:50051"]
+        failures = self.failures(compose=compose)
+        self.assert_fails(failures, "compose/order: gRPC port 50051 must not be published")
+        self.assert_fails(failures, "compose: order publishes container port 50051")
+
+    def test_unknown_or_foreign_config_key_fails(self) -> None:
+        compose = copy.deepcopy(self.compose)
+        compose["services"]["order"]["environment"]["APP_DATABASE__URLL"] = "x"
+        compose["services"]["gateway"]["environment"]["APP_DATABASE__URL"] = "postgres://x"
+        failures = self.failures(compose=compose)
+        self.assert_fails(failures, "compose/order: APP_DATABASE__URLL is not a known config key")
+        self.assert_fails(failures, "compose/gateway: gateway has no setting APP_DATABASE__URL")
+
+    def test_wrong_port_or_client_url_fails(self) -> None:
+        compose = copy.deepcopy(self.compose)
+        compose["services"]["payment"]["environment"]["APP_GRPC__PORT"] = "50052"
+        compose["services"]["order"]["environment"]["APP_PAYMENT__URL"] = "http://payment:50052"
+        failures = self.failures(compose=compose)
+        self.assert_fails(failures, "compose/payment: APP_GRPC__PORT must be 50053")
+        self.assert_fails(failures, "compose/order: APP_PAYMENT__URL must be http://payment:50053")
+
+    def test_image_name_drift_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        self.deployment(k8s["dev"], "order")["spec"]["template"]["spec"]["containers"][0]["image"] = "acme/order:dev"
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "dev/order: image must be sagaworks/order:<tag>")
+        self.assert_fails(failures, "order: image repository differs")
+
+    def test_probe_on_grpc_port_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        container = self.deployment(k8s["prod"], "inventory")["spec"]["template"]["spec"]["containers"][0]
+        container["readinessProbe"]["httpGet"]["port"] = "grpc"
+        self.assert_fails(self.failures(k8s=k8s), "prod/inventory: readinessProbe must GET /health/ready")
+
+    def test_relaxed_security_context_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        container = self.deployment(k8s["prod"], "payment")["spec"]["template"]["spec"]["containers"][0]
+        container["securityContext"]["readOnlyRootFilesystem"] = False
+        self.assert_fails(self.failures(k8s=k8s), "prod/payment: container securityContext")
+
+    def test_extra_grpc_caller_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        policy = next(d for d in k8s["dev"] if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "order")
+        policy["spec"]["ingress"][0]["from"].append({"podSelector": {"matchLabels": {"app.kubernetes.io/name": "payment"}}})
+        self.assert_fails(self.failures(k8s=k8s), "dev/order: gRPC ingress must admit exactly ['gateway']")
+
+    def test_grpc_open_to_everyone_through_another_policy_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        k8s["prod"].append({
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "too-open"},
+            "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "service"}},
+                     "ingress": [{"ports": [{"port": 50052}]}]},
+        })
+        self.assert_fails(self.failures(k8s=k8s), "prod/inventory: gRPC ingress must admit exactly")
+
+    def test_missing_default_deny_or_committed_prod_secret_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        k8s["prod"] = [d for d in k8s["prod"] if d["metadata"]["name"] != "default-deny"]
+        k8s["prod"].append({"kind": "Secret", "metadata": {"name": "order-database"}})
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "prod: no default-deny NetworkPolicy")
+        self.assert_fails(failures, "prod: Secrets must come from outside the repository")
+
+    def test_missing_pdb_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        k8s["dev"] = [d for d in k8s["dev"] if d["kind"] != "PodDisruptionBudget"]
+        self.assert_fails(self.failures(k8s=k8s), "dev/gateway: PodDisruptionBudget missing")
+
+    def test_malformed_keys_file_is_rejected(self) -> None:
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+            f.write("APP_HTTP__PORT gateway\nAPP_X__Y nosuchservice\n")
+            f.flush()
+            with self.assertRaisesRegex(ValueError, ":2: expected"):
+                consistency.load_keys(Path(f.name))
+
+
+class _StatusHandler(http.server.BaseHTTPRequestHandler):
+    routes = {"/health/ready": 200, "/health/live": 204, "/not-ready": 503}
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        if self.path == "/hang":
+            time.sleep(5)
+        self.send_response(self.routes.get(self.path, 404))
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class HttpProbeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StatusHandler)
+        cls.server.daemon_threads = True
+        cls.port = cls.server.server_address[1]
+        threading.Thread(target=cls.server.serve_forever, daemon=True).start()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.shutdown()
+        cls.server.server_close()
+
+    def probe(self, *args: str, timeout: str = "3") -> subprocess.CompletedProcess:
+        env = dict(os.environ, HTTP_PROBE_TIMEOUT_SECONDS=timeout)
+        return subprocess.run([str(PROBE), *args], capture_output=True, text=True, env=env, timeout=20)
+
+    def test_2xx_is_healthy(self) -> None:
+        self.assertEqual(self.probe(str(self.port)).returncode, 0)
+        self.assertEqual(self.probe(str(self.port), "/health/live").returncode, 0)
+
+    def test_non_2xx_is_unhealthy(self) -> None:
+        for path, status in (("/not-ready", "503"), ("/missing", "404")):
+            result = self.probe(str(self.port), path)
+            self.assertEqual(result.returncode, 1, path)
+            self.assertIn(status, result.stderr)
+
+    def test_no_server_is_unhealthy(self) -> None:
+        result = self.probe(str(free_port()))
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("cannot connect", result.stderr)
+
+    def test_hung_server_times_out(self) -> None:
+        started = time.monotonic()
+        result = self.probe(str(self.port), "/hang", timeout="1")
+        self.assertEqual(result.returncode, 1)
+        self.assertLess(time.monotonic() - started, 4)
+
+    def test_bad_arguments_are_usage_errors(self) -> None:
+        for args in ((), ("http",), ("0",), ("70000",), (str(self.port), "no-slash"), ("1", "/a", "extra")):
+            self.assertEqual(self.probe(*args).returncode, 2, args)
+
+
+def pg_bin(name: str) -> str:
+    found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
+    if found is None:
+        raise RuntimeError(f"{name} not found: install PostgreSQL (apt-get install postgresql)")
+    return found
+
+
+class PostgresInitTest(unittest.TestCase):
+    """Runs init.sql the way the postgres image does, in a private cluster on a free port."""
+
+    PASSWORDS = {"ORDER_DB_PASSWORD": "o-secret", "INVENTORY_DB_PASSWORD": "i-secret", "PAYMENT_DB_PASSWORD": "p-secret"}
+    SUPERUSER_PASSWORD = "super-secret"
+
+    def setUp(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="sw-pg-init-"))
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        self.port = free_port()
+        # initdb and postgres refuse to run as root.
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self.as_user:
+            shutil.chown(self.dir, "postgres")
+        pwfile = self.dir / "pw"
+        pwfile.write_text(self.SUPERUSER_PASSWORD + "\n")
+        if self.as_user:
+            shutil.chown(pwfile, "postgres")
+        data = self.dir / "data"
+        self.run_as([pg_bin("initdb"), "-D", str(data), "-U", "postgres", f"--pwfile={pwfile}",
+                     "--auth=scram-sha-256"])
+        self.run_as([pg_bin("pg_ctl"), "-D", str(data), "-w", "-l", str(self.dir / "log"), "-o",
+                     f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1", "start"])
+        self.addCleanup(self.run_as, [pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"])
+
+    def run_as(self, cmd: list[str]) -> None:
+        subprocess.run(self.as_user + cmd, check=True, capture_output=True, timeout=120)
+
+    def psql(self, user: str, password: str, db: str, *args: str, env: dict | None = None):
+        return subprocess.run(
+            [pg_bin("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(self.port),
+             "-U", user, "-d", db, *args],
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, **(env or {}), "PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"},
+        )
+
+    def init(self, passwords: dict[str, str]):
+        env = {k: v for k, v in os.environ.items() if k not in self.PASSWORDS} | passwords
+        return self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-f", str(INIT_SQL), env=env)
+
+    def test_each_role_reaches_only_its_own_database(self) -> None:
+        result = self.init(self.PASSWORDS)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        for svc, password in (("order", "o-secret"), ("inventory", "i-secret"), ("payment", "p-secret")):
+            own = self.psql(f"{svc}_svc", password, f"sagaworks_{svc}", "-tAc",
+                            "CREATE TABLE migrations_can_run (id int); SELECT current_database()")
+            self.assertEqual(own.returncode, 0, own.stderr)
+            self.assertEqual(own.stdout.strip(), f"sagaworks_{svc}")
+            for other in ("order", "inventory", "payment", "postgres"):
+                if other == svc:
+                    continue
+                db = "postgres" if other == "postgres" else f"sagaworks_{other}"
+                denied = self.psql(f"{svc}_svc", password, db, "-c", "SELECT 1")
+                self.assertNotEqual(denied.returncode, 0, f"{svc}_svc reached {db}")
+                self.assertIn("permission denied for database", denied.stderr)
+            wrong = self.psql(f"{svc}_svc", "wrong", f"sagaworks_{svc}", "-c", "SELECT 1")
+            self.assertIn("password authentication failed", wrong.stderr)
+        attrs = self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-tAc",
+                          "SELECT bool_or(rolsuper OR rolcreatedb OR rolcreaterole) FROM pg_roles "
+                          "WHERE rolname LIKE '%\\_svc'")
+        self.assertEqual(attrs.stdout.strip(), "f", "service roles must be unprivileged")
+
+    def test_missing_or_empty_password_aborts_before_creating_anything(self) -> None:
+        for passwords in ({"ORDER_DB_PASSWORD": "x", "PAYMENT_DB_PASSWORD": "y"},
+                          {**self.PASSWORDS, "PAYMENT_DB_PASSWORD": ""}):
+            result = self.init(passwords)
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn("must be set to a non-empty password", result.stderr)
+        roles = self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-tAc",
+                          "SELECT count(*) FROM pg_roles WHERE rolname LIKE '%\\_svc'")
+        self.assertEqual(roles.stdout.strip(), "0")
+
+
+class KafkaInitTest(unittest.TestCase):
+    def test_topic_script_is_valid_bash_covering_every_aggregate(self) -> None:
+        raw = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+        script = raw["services"]["kafka-init"]["command"][0].replace("$$", "$")
+        subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+        # docs/design.md, "Events": the topics are <prefix>.<aggregate_type>.
+        for aggregate in ("order", "reservation", "product", "payment", "account"):
+            self.assertRegex(script, rf"\b{aggregate}\b")
+        self.assertIn(".dlq", script)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
