@@ -11,6 +11,8 @@
 
 mod problem;
 pub mod status;
+pub mod validate;
 
 pub use problem::{FieldError, Problem};
 pub use status::db_status;
+pub use validate::InvalidField;

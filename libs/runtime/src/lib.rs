@@ -1,15 +1,21 @@
 //! Plumbing every sagaworks service shares, so a service's `startup` module
 //! reads as a list of what it runs rather than how.
 //!
+//! * [`host`]: [`host::ServiceHost`], the servers and background tasks of a gRPC service.
 //! * [`db`]: the connection pool and start-up migrations.
 //! * [`health`]: `/health/live`, `/health/ready` (runs [`health::Check`]s) and
 //!   `/metrics` as one axum router.
 //! * [`metrics`]: the process-wide Prometheus recorder.
+//! * [`serve`]: HTTP and gRPC servers with graceful shutdown.
 //! * [`shutdown`]: a cancellation token fired by SIGTERM or Ctrl-C.
+//! * [`idempotency`]: at-most-once execution of mutating calls per key.
 
 pub mod db;
 pub mod health;
+pub mod host;
+pub mod idempotency;
 pub mod metrics;
+pub mod serve;
 pub mod shutdown;
 
 use sagaworks_config::ListenSettings;
@@ -19,3 +25,4 @@ use tokio::net::TcpListener;
 pub async fn bind(settings: &ListenSettings) -> std::io::Result<TcpListener> {
     TcpListener::bind(settings.address()).await
 }
+

@@ -1,0 +1,105 @@
+//! [`ServiceHost`]: what every gRPC service runs, in one place.
+//!
+//! A service's `startup` module builds a host (pool, migrations, both
+//! listeners), then hands it its gRPC routes, readiness checks and background
+//! tasks (outbox relay, consumers, saga workers). All of them stop on the
+//! same shutdown token; the first one to fail stops the rest.
+
+use crate::db::{self, DbError};
+use crate::health::{DbCheck, Readiness};
+use futures::future::BoxFuture;
+use sagaworks_config::{DatabaseSettings, ListenSettings};
+use sqlx::PgPool;
+use sqlx::migrate::Migrator;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// A background task: runs until the token is cancelled.
+pub type Task = BoxFuture<'static, Result<(), TaskError>>;
+pub type TaskError = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("cannot listen on {address}: {source}")]
+    Bind { address: String, source: std::io::Error },
+    #[error("gRPC server failed: {0}")]
+    Grpc(#[from] tonic::transport::Error),
+    #[error("HTTP server failed: {0}")]
+    Http(#[source] std::io::Error),
+    #[error("background task {name} failed: {source}")]
+    Task { name: &'static str, source: TaskError },
+}
+
+pub struct ServiceHost {
+    pool: PgPool,
+    grpc: TcpListener,
+    http: TcpListener,
+}
+
+impl ServiceHost {
+    /// Creates the pool, applies `migrators` (when `database.migrate`), binds both ports.
+    pub async fn build(
+        database: &DatabaseSettings,
+        mut migrators: Vec<Migrator>,
+        grpc: &ListenSettings,
+        http: &ListenSettings,
+    ) -> Result<Self, HostError> {
+        let pool = db::pool(database)?;
+        if database.migrate {
+            db::migrate(&pool, &mut migrators).await?;
+        }
+        Ok(Self { pool, grpc: listen(grpc).await?, http: listen(http).await? })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub fn grpc_port(&self) -> u16 {
+        self.grpc.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+
+    pub fn http_port(&self) -> u16 {
+        self.http.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+
+    /// Serves `routes` on the gRPC port and health/metrics (with the database
+    /// check added to `readiness`) on the HTTP port, and runs `tasks`, until
+    /// `shutdown` is cancelled or one of them fails.
+    pub async fn run(
+        self,
+        routes: tonic::service::Routes,
+        readiness: Readiness,
+        tasks: Vec<(&'static str, Task)>,
+        shutdown: CancellationToken,
+    ) -> Result<(), HostError> {
+        let readiness = readiness.with_check(DbCheck(self.pool.clone()));
+        // Whatever ends first (error or not), everything else is told to stop.
+        let stop_all = shutdown.clone();
+        let guard = stop_all.clone().drop_guard();
+        let servers = async {
+            tokio::try_join!(
+                async { crate::serve::grpc(self.grpc, routes, shutdown.clone()).await.map_err(HostError::from) },
+                async {
+                    crate::serve::http(self.http, readiness.router(), shutdown.clone()).await.map_err(HostError::Http)
+                },
+            )
+            .map(|_| ())
+        };
+        let background = futures::future::try_join_all(tasks.into_iter().map(|(name, task)| async move {
+            task.await.map_err(|source| HostError::Task { name, source })
+        }));
+        let result = tokio::try_join!(servers, background).map(|_| ());
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "service stopping after a failure");
+        }
+        drop(guard);
+        result
+    }
+}
+
+async fn listen(settings: &ListenSettings) -> Result<TcpListener, HostError> {
+    crate::bind(settings).await.map_err(|source| HostError::Bind { address: settings.address(), source })
+}

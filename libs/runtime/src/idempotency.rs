@@ -1,0 +1,118 @@
+//! Idempotency keys for mutating gRPC calls.
+//!
+//! Every mutating call between services carries a key (the saga uses
+//! `<saga_id>:<step>`). [`run_once`] makes the call's effect happen at most once
+//! per key: the first call does the work and stores its outcome (the encoded
+//! response, or a business rejection) in `idempotency_keys` on the same
+//! transaction; a repeated call gets that first outcome back and changes
+//! nothing. A concurrent duplicate blocks on the key's row until the first
+//! one commits, then replays. Reusing a key for a different request is an
+//! `INVALID_ARGUMENT`.
+//!
+//! The table (in each participant's migrations):
+//!
+//! ```sql
+//! CREATE TABLE idempotency_keys (
+//!     key TEXT PRIMARY KEY, request_hash BYTEA NOT NULL,
+//!     status_code INT, message TEXT, response BYTEA,
+//!     created_at TIMESTAMPTZ NOT NULL DEFAULT now());
+//! ```
+
+use futures::future::BoxFuture;
+use sha2::{Digest, Sha256};
+use sqlx::{Acquire, PgConnection, PgPool, Row};
+use sagaworks_errors::status::invalid_argument;
+use tonic::{Code, Status};
+
+/// A failure of the work inside [`run_once`].
+pub trait Outcome: Into<Status> {
+    /// `true` for a business rejection (out of stock, insufficient funds): it is
+    /// recorded and replayed like a success. `false` for a transient failure
+    /// (database down): nothing is recorded, so a retry does the work again.
+    fn is_final(&self) -> bool;
+}
+
+/// Runs `work` at most once per `key`; see the module docs.
+pub async fn run_once<Req, Res, E, F>(pool: &PgPool, key: &str, request: &Req, work: F) -> Result<Res, Status>
+where
+    Req: prost::Message,
+    Res: prost::Message + Default,
+    E: Outcome + From<sqlx::Error>,
+    F: for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, Result<Res, E>>,
+{
+    if key.is_empty() || key.len() > 200 {
+        return Err(invalid_argument("idempotency_key", "must be 1 to 200 characters"));
+    }
+    let hash = Sha256::digest(request.encode_to_vec()).to_vec();
+    let inner = async {
+        let mut tx = pool.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO idempotency_keys (key, request_hash) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(key)
+        .bind(&hash)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if inserted == 0 {
+            let row = sqlx::query(
+                "SELECT request_hash, status_code, message, response FROM idempotency_keys WHERE key = $1",
+            )
+            .bind(key)
+            .fetch_one(&mut *tx)
+            .await?;
+            let stored: Vec<u8> = row.get("request_hash");
+            if stored != hash {
+                return Ok(Err(invalid_argument(
+                    "idempotency_key",
+                    "was already used for a different request",
+                )));
+            }
+            return Ok(replay(row.get("status_code"), row.get("message"), row.get("response")));
+        }
+
+        // A savepoint: a rejection undoes the work but keeps the key's row.
+        let mut work_tx = tx.begin().await?;
+        let outcome = work(&mut work_tx).await;
+        let (code, message, response) = match outcome {
+            Ok(res) => {
+                work_tx.commit().await?;
+                (Code::Ok as i32, None, Some(res.encode_to_vec()))
+            }
+            Err(e) if e.is_final() => {
+                work_tx.rollback().await?;
+                let status: Status = e.into();
+                (status.code() as i32, Some(status.message().to_string()), None)
+            }
+            Err(e) => return Err(e),
+        };
+        sqlx::query("UPDATE idempotency_keys SET status_code = $2, message = $3, response = $4 WHERE key = $1")
+            .bind(key)
+            .bind(code)
+            .bind(&message)
+            .bind(&response)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(replay(Some(code), message, response))
+    };
+    match inner.await {
+        Ok(result) => result,
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn replay<Res: prost::Message + Default>(
+    code: Option<i32>,
+    message: Option<String>,
+    response: Option<Vec<u8>>,
+) -> Result<Res, Status> {
+    match (code, response) {
+        (Some(0), Some(bytes)) => {
+            Res::decode(bytes.as_slice()).map_err(|_| Status::internal("stored response is unreadable"))
+        }
+        (Some(code), _) => Err(Status::new(Code::from_i32(code), message.unwrap_or_default())),
+        // The first call's transaction always stores an outcome before commit.
+        (None, _) => Err(Status::internal("idempotency record without outcome")),
+    }
+}

@@ -1,0 +1,302 @@
+//! Products, stock levels and reservations in inventory's own database.
+//!
+//! Stock moves between three counters per product: `available` -> `reserved`
+//! (reserve) -> `sold` (commit, when the order is confirmed), or back to
+//! `available` (release, the saga's compensation). Every move is one guarded
+//! `UPDATE` (`available >= $q`), so concurrent orders can never push stock
+//! below zero, and rows are locked in product-id order so they cannot deadlock.
+
+use crate::error::{Error, Result};
+use chrono::{DateTime, Utc};
+use sagaworks_outbox::{NewEvent, OutboxWriter};
+use serde::Serialize;
+use sqlx::{FromRow, PgConnection};
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, FromRow)]
+pub struct Product {
+    pub id: Uuid,
+    pub sku: String,
+    pub name: String,
+    pub price_cents: i64,
+    pub available: i64,
+    pub reserved: i64,
+    pub sold: i64,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReservationStatus {
+    Reserved,
+    Released,
+    Committed,
+}
+
+impl ReservationStatus {
+    fn parse(s: &str) -> Self {
+        match s {
+            "RESERVED" => Self::Reserved,
+            "COMMITTED" => Self::Committed,
+            _ => Self::Released,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, FromRow)]
+pub struct Line {
+    pub product_id: Uuid,
+    pub quantity: i64,
+    pub unit_price_cents: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Reservation {
+    pub id: Uuid,
+    pub order_id: Uuid,
+    pub status: ReservationStatus,
+    pub lines: Vec<Line>,
+    pub total_cents: i64,
+}
+
+pub struct NewProduct {
+    pub id: Uuid,
+    pub sku: String,
+    pub name: String,
+    pub price_cents: i64,
+    pub initial_stock: i64,
+}
+
+const PRODUCT_COLUMNS: &str = "id, sku, name, price_cents, available, reserved, sold, created_at";
+
+#[derive(Serialize)]
+struct ReservationEvent<'a> {
+    reservation_id: Uuid,
+    order_id: Uuid,
+    lines: &'a [Line],
+    total_cents: i64,
+}
+
+pub async fn create_product(conn: &mut PgConnection, outbox: &OutboxWriter, p: NewProduct) -> Result<Product> {
+    let product = sqlx::query_as::<_, Product>(&format!(
+        "INSERT INTO products (id, sku, name, price_cents, available) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT DO NOTHING RETURNING {PRODUCT_COLUMNS}"
+    ))
+    .bind(p.id)
+    .bind(&p.sku)
+    .bind(&p.name)
+    .bind(p.price_cents)
+    .bind(p.initial_stock)
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or_else(|| Error::DuplicateSku(p.sku.clone()))?;
+    let event = serde_json::json!({
+        "product_id": product.id, "sku": product.sku, "name": product.name,
+        "price_cents": product.price_cents, "initial_stock": product.available,
+    });
+    outbox.write(conn, NewEvent::new("product", product.id, "ProductCreated", event)?).await?;
+    Ok(product)
+}
+
+pub async fn add_stock(conn: &mut PgConnection, outbox: &OutboxWriter, id: Uuid, quantity: i64) -> Result<Product> {
+    let product = sqlx::query_as::<_, Product>(&format!(
+        "UPDATE products SET available = available + $2, updated_at = now() WHERE id = $1 RETURNING {PRODUCT_COLUMNS}"
+    ))
+    .bind(id)
+    .bind(quantity)
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(Error::ProductNotFound(id))?;
+    let event = serde_json::json!({ "product_id": id, "quantity": quantity, "available": product.available });
+    outbox.write(conn, NewEvent::new("product", id, "StockAdded", event)?).await?;
+    Ok(product)
+}
+
+pub async fn get_product(conn: &mut PgConnection, id: Uuid) -> Result<Product> {
+    sqlx::query_as::<_, Product>(&format!("SELECT {PRODUCT_COLUMNS} FROM products WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(conn)
+        .await?
+        .ok_or(Error::ProductNotFound(id))
+}
+
+pub async fn list_products(conn: &mut PgConnection, limit: i64) -> Result<Vec<Product>> {
+    Ok(sqlx::query_as::<_, Product>(&format!("SELECT {PRODUCT_COLUMNS} FROM products ORDER BY sku LIMIT $1"))
+        .bind(limit)
+        .fetch_all(conn)
+        .await?)
+}
+
+/// Serialises every operation on one reservation id (reserve, release, commit).
+async fn lock_reservation(conn: &mut PgConnection, id: Uuid) -> Result<Option<Reservation>> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))")
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    load_reservation(conn, id).await
+}
+
+async fn load_reservation(conn: &mut PgConnection, id: Uuid) -> Result<Option<Reservation>> {
+    let Some((order_id, status, total_cents)) = sqlx::query_as::<_, (Uuid, String, i64)>(
+        "SELECT order_id, status, total_cents FROM reservations WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let lines = sqlx::query_as::<_, Line>(
+        "SELECT product_id, quantity, unit_price_cents FROM reservation_lines
+         WHERE reservation_id = $1 ORDER BY product_id",
+    )
+    .bind(id)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(Some(Reservation { id, order_id, status: ReservationStatus::parse(&status), lines, total_cents }))
+}
+
+/// Reserves every item or none. `items` maps product id to quantity (duplicates
+/// already summed); iteration order is the lock order.
+pub async fn reserve(
+    conn: &mut PgConnection,
+    outbox: &OutboxWriter,
+    reservation_id: Uuid,
+    order_id: Uuid,
+    items: &BTreeMap<Uuid, i64>,
+) -> Result<Reservation> {
+    if let Some(existing) = lock_reservation(conn, reservation_id).await? {
+        return match existing.status {
+            ReservationStatus::Released => Err(Error::AlreadyReleased(reservation_id)),
+            _ => Ok(existing),
+        };
+    }
+    let mut lines = Vec::with_capacity(items.len());
+    let mut total: i64 = 0;
+    for (&product_id, &quantity) in items {
+        let price = sqlx::query_scalar::<_, i64>(
+            "UPDATE products SET available = available - $2, reserved = reserved + $2, updated_at = now()
+             WHERE id = $1 AND available >= $2 RETURNING price_cents",
+        )
+        .bind(product_id)
+        .bind(quantity)
+        .fetch_optional(&mut *conn)
+        .await?;
+        let Some(unit_price_cents) = price else {
+            let available =
+                sqlx::query_scalar::<_, i64>("SELECT available FROM products WHERE id = $1")
+                    .bind(product_id)
+                    .fetch_optional(&mut *conn)
+                    .await?
+                    .ok_or(Error::ProductNotFound(product_id))?;
+            return Err(Error::InsufficientStock { product_id, requested: quantity, available });
+        };
+        total = quantity
+            .checked_mul(unit_price_cents)
+            .and_then(|line| total.checked_add(line))
+            .ok_or_else(|| Error::invalid("items", "order total overflows"))?;
+        lines.push(Line { product_id, quantity, unit_price_cents });
+    }
+    sqlx::query("INSERT INTO reservations (id, order_id, status, total_cents) VALUES ($1, $2, 'RESERVED', $3)")
+        .bind(reservation_id)
+        .bind(order_id)
+        .bind(total)
+        .execute(&mut *conn)
+        .await?;
+    insert_lines(conn, reservation_id, &lines).await?;
+    let event = ReservationEvent { reservation_id, order_id, lines: &lines, total_cents: total };
+    outbox.write(conn, NewEvent::new("reservation", reservation_id, "StockReserved", &event)?).await?;
+    Ok(Reservation { id: reservation_id, order_id, status: ReservationStatus::Reserved, lines, total_cents: total })
+}
+
+async fn insert_lines(conn: &mut PgConnection, reservation_id: Uuid, lines: &[Line]) -> Result<()> {
+    let products: Vec<Uuid> = lines.iter().map(|l| l.product_id).collect();
+    let quantities: Vec<i64> = lines.iter().map(|l| l.quantity).collect();
+    let prices: Vec<i64> = lines.iter().map(|l| l.unit_price_cents).collect();
+    sqlx::query(
+        "INSERT INTO reservation_lines (reservation_id, product_id, quantity, unit_price_cents)
+         SELECT $1, * FROM UNNEST($2::uuid[], $3::bigint[], $4::bigint[])",
+    )
+    .bind(reservation_id)
+    .bind(products)
+    .bind(quantities)
+    .bind(prices)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Gives reserved units back. Releasing an unknown reservation leaves a
+/// tombstone, so a reserve that arrives late (after its saga gave up) is refused.
+pub async fn release(
+    conn: &mut PgConnection,
+    outbox: &OutboxWriter,
+    reservation_id: Uuid,
+    order_id: Uuid,
+    reason: &str,
+) -> Result<Reservation> {
+    let Some(mut r) = lock_reservation(conn, reservation_id).await? else {
+        sqlx::query("INSERT INTO reservations (id, order_id, status) VALUES ($1, $2, 'RELEASED')")
+            .bind(reservation_id)
+            .bind(order_id)
+            .execute(&mut *conn)
+            .await?;
+        return Ok(Reservation {
+            id: reservation_id,
+            order_id,
+            status: ReservationStatus::Released,
+            lines: vec![],
+            total_cents: 0,
+        });
+    };
+    match r.status {
+        ReservationStatus::Released => return Ok(r),
+        ReservationStatus::Committed => return Err(Error::AlreadyCommitted(reservation_id)),
+        ReservationStatus::Reserved => {}
+    }
+    move_units(conn, &r.lines, "available = available + $2, reserved = reserved - $2").await?;
+    set_status(conn, reservation_id, "RELEASED").await?;
+    r.status = ReservationStatus::Released;
+    let event = serde_json::json!({
+        "reservation_id": reservation_id, "order_id": r.order_id, "lines": r.lines, "reason": reason,
+    });
+    outbox.write(conn, NewEvent::new("reservation", reservation_id, "StockReleased", event)?).await?;
+    Ok(r)
+}
+
+/// Turns a reservation into a sale (on `OrderConfirmed`). Idempotent; a
+/// reservation that is unknown or released is left alone and reported.
+pub async fn commit(conn: &mut PgConnection, outbox: &OutboxWriter, reservation_id: Uuid) -> Result<Reservation> {
+    let mut r = lock_reservation(conn, reservation_id).await?.ok_or(Error::ReservationNotFound(reservation_id))?;
+    match r.status {
+        ReservationStatus::Committed => return Ok(r),
+        ReservationStatus::Released => return Err(Error::AlreadyReleased(reservation_id)),
+        ReservationStatus::Reserved => {}
+    }
+    move_units(conn, &r.lines, "sold = sold + $2, reserved = reserved - $2").await?;
+    set_status(conn, reservation_id, "COMMITTED").await?;
+    r.status = ReservationStatus::Committed;
+    let event = ReservationEvent { reservation_id, order_id: r.order_id, lines: &r.lines, total_cents: r.total_cents };
+    outbox.write(conn, NewEvent::new("reservation", reservation_id, "StockCommitted", &event)?).await?;
+    Ok(r)
+}
+
+async fn move_units(conn: &mut PgConnection, lines: &[Line], assignment: &str) -> Result<()> {
+    for line in lines {
+        sqlx::query(&format!("UPDATE products SET {assignment}, updated_at = now() WHERE id = $1"))
+            .bind(line.product_id)
+            .bind(line.quantity)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn set_status(conn: &mut PgConnection, id: Uuid, status: &str) -> Result<()> {
+    sqlx::query("UPDATE reservations SET status = $2, updated_at = now() WHERE id = $1")
+        .bind(id)
+        .bind(status)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,38 @@
+//! Order's errors and their one mapping to gRPC status codes.
+
+use sagaworks_errors::status::db_status;
+use tonic::Status;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Invalid(#[from] sagaworks_errors::InvalidField),
+    #[error("order {0} not found")]
+    OrderNotFound(Uuid),
+    #[error("saga {0} not found")]
+    SagaNotFound(Uuid),
+    #[error("idempotency key was already used for a different order request")]
+    KeyReused,
+    #[error(transparent)]
+    Outbox(#[from] sagaworks_outbox::OutboxError),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Invalid(e) => e.into(),
+            Error::OrderNotFound(_) | Error::SagaNotFound(_) => Status::not_found(e.to_string()),
+            Error::KeyReused => sagaworks_errors::status::invalid_argument("idempotency_key", e.to_string()),
+            Error::Outbox(sagaworks_outbox::OutboxError::Db(db)) | Error::Db(db) => db_status(db),
+            Error::Outbox(other) => {
+                tracing::error!(error = %other, "outbox write failed");
+                Status::internal("internal error")
+            }
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,171 @@
+//! The gRPC face of order: creating orders starts their saga; reads
+//! assemble the order with its saga steps and event timeline.
+
+use crate::error::{Error, Result};
+use crate::orders::{self, Created, NewOrder, Order, SagaRecord, TimelineEntry};
+use crate::saga::orchestrator::Orchestrator;
+use crate::saga::worker;
+use sagaworks_errors::validate::{order_lines, text, uuid};
+use sagaworks_outbox::OutboxWriter;
+use sagaworks_proto::order::v1 as pb;
+use sagaworks_proto::order::v1::order_service_server::OrderService;
+use sagaworks_proto::timestamp;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+const MAX_ITEMS: usize = 100;
+const MAX_QUANTITY: i64 = 1_000_000;
+
+#[derive(Clone)]
+pub struct Orders {
+    pool: PgPool,
+    outbox: OutboxWriter,
+    orchestrator: Orchestrator,
+    shutdown: CancellationToken,
+}
+
+impl Orders {
+    pub fn new(pool: PgPool, orchestrator: Orchestrator, shutdown: CancellationToken) -> Self {
+        Self { pool, outbox: OutboxWriter::new("order"), orchestrator, shutdown }
+    }
+
+    async fn view(&self, order_id: uuid::Uuid) -> Result<pb::Order> {
+        let mut conn = self.pool.acquire().await?;
+        let order = orders::get(&mut conn, order_id).await?;
+        let saga = orders::saga_of_order(&mut conn, order_id).await?;
+        let timeline = orders::timeline(&mut conn, order_id).await?;
+        Ok(order_pb(order, saga, timeline))
+    }
+}
+
+/// Same customer and lines (in product order) = same request.
+fn request_hash(new_customer: uuid::Uuid, lines: &std::collections::BTreeMap<uuid::Uuid, i64>) -> Vec<u8> {
+    let mut h = Sha256::new();
+    h.update(new_customer.as_bytes());
+    for (p, q) in lines {
+        h.update(p.as_bytes());
+        h.update(q.to_be_bytes());
+    }
+    h.finalize().to_vec()
+}
+
+fn saga_pb(s: SagaRecord) -> pb::Saga {
+    pb::Saga {
+        saga_id: s.id.to_string(),
+        order_id: s.order_id.to_string(),
+        status: s.status,
+        current_step: s.current_step,
+        steps: s
+            .steps
+            .into_iter()
+            .map(|st| pb::SagaStep {
+                name: st.name,
+                status: st.status,
+                attempts: st.attempts.max(0) as u32,
+                error: st.error.unwrap_or_default(),
+                started_at: Some(timestamp(st.started_at)),
+                finished_at: st.finished_at.map(timestamp),
+            })
+            .collect(),
+        failure_reason: s.failure_reason.unwrap_or_default(),
+        created_at: Some(timestamp(s.created_at)),
+        updated_at: Some(timestamp(s.updated_at)),
+    }
+}
+
+fn order_pb(o: Order, saga: Option<SagaRecord>, timeline: Vec<TimelineEntry>) -> pb::Order {
+    pb::Order {
+        order_id: o.id.to_string(),
+        customer_id: o.customer_id.to_string(),
+        status: o.status,
+        items: o
+            .items
+            .into_iter()
+            .map(|i| pb::OrderItem {
+                product_id: i.product_id.to_string(),
+                quantity: i.quantity,
+                unit_price_cents: i.unit_price_cents,
+            })
+            .collect(),
+        total_cents: o.total_cents,
+        failure_reason: o.failure_reason.unwrap_or_default(),
+        saga: saga.map(saga_pb),
+        timeline: timeline
+            .into_iter()
+            .map(|t| pb::TimelineEntry {
+                event_id: t.event_id.to_string(),
+                event_type: t.event_type,
+                source: t.source,
+                occurred_at: Some(timestamp(t.occurred_at)),
+            })
+            .collect(),
+        trace_id: o.trace_id.unwrap_or_default(),
+        created_at: Some(timestamp(o.created_at)),
+        updated_at: Some(timestamp(o.updated_at)),
+    }
+}
+
+#[tonic::async_trait]
+impl OrderService for Orders {
+    #[tracing::instrument(skip_all, fields(customer_id = %request.get_ref().customer_id))]
+    async fn create_order(
+        &self,
+        request: Request<pb::CreateOrderRequest>,
+    ) -> Result<Response<pb::CreateOrderResponse>, Status> {
+        let r = request.into_inner();
+        let customer_id = uuid("customer_id", &r.customer_id)?;
+        let items =
+            order_lines(r.items.iter().map(|i| (i.product_id.as_str(), i.quantity)), MAX_ITEMS, MAX_QUANTITY)?;
+        // Without a key there is nothing to deduplicate on: every call is new.
+        let idempotency_key = if r.idempotency_key.is_empty() {
+            format!("generated:{}", uuid::Uuid::new_v4())
+        } else {
+            text("idempotency_key", &r.idempotency_key, 200)?
+        };
+        let new = NewOrder { customer_id, request_hash: request_hash(customer_id, &items), items, idempotency_key };
+        let settings = self.orchestrator.settings();
+        let mut tx = self.pool.begin().await.map_err(Error::from)?;
+        let created = orders::create(&mut tx, &self.outbox, &new, self.orchestrator.owner(), settings.lease_ms).await?;
+        tx.commit().await.map_err(Error::from)?;
+        let (order_id, replayed) = match created {
+            Created::New { order_id, saga_id } => {
+                let wait = Duration::from_millis(u64::from(r.wait_millis).min(settings.max_wait_ms));
+                worker::start(&self.orchestrator, saga_id, wait, &self.shutdown).await;
+                (order_id, false)
+            }
+            Created::Replayed { order_id } => (order_id, true),
+        };
+        let order = self.view(order_id).await?;
+        Ok(Response::new(pb::CreateOrderResponse { order: Some(order), replayed }))
+    }
+
+    async fn get_order(&self, request: Request<pb::GetOrderRequest>) -> Result<Response<pb::Order>, Status> {
+        let id = uuid("order_id", &request.get_ref().order_id)?;
+        Ok(Response::new(self.view(id).await?))
+    }
+
+    async fn list_orders(
+        &self,
+        request: Request<pb::ListOrdersRequest>,
+    ) -> Result<Response<pb::ListOrdersResponse>, Status> {
+        let r = request.into_inner();
+        let customer_id = uuid("customer_id", &r.customer_id)?;
+        let limit = match r.limit {
+            0 => 50,
+            n => n.min(500),
+        };
+        let mut conn = self.pool.acquire().await.map_err(Error::from)?;
+        let orders = orders::list(&mut conn, customer_id, limit as i64).await?;
+        let orders = orders.into_iter().map(|o| order_pb(o, None, vec![])).collect();
+        Ok(Response::new(pb::ListOrdersResponse { orders }))
+    }
+
+    async fn get_saga(&self, request: Request<pb::GetSagaRequest>) -> Result<Response<pb::Saga>, Status> {
+        let id = uuid("saga_id", &request.get_ref().saga_id)?;
+        let mut conn = self.pool.acquire().await.map_err(Error::from)?;
+        Ok(Response::new(saga_pb(orders::saga(&mut conn, id).await?)))
+    }
+}

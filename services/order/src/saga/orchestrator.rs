@@ -1,0 +1,570 @@
+//! Drives one saga from its persisted state to the end.
+//!
+//! Each turn of [`Orchestrator::drive`] reads the saga (only while this
+//! replica holds its lease), records the attempt, runs the current step and
+//! commits the step's result together with the saga's next state, the
+//! order's change and its outbox event — one transaction, guarded by the
+//! lease, so a replica that lost its lease can never overwrite the one that
+//! took over. Whatever point a crash hits, the persisted state names a step
+//! whose (idempotent) re-execution is safe.
+
+use super::{Step, StepOutcome, Transition, transition};
+use crate::config::SagaSettings;
+use crate::orders::{self, Item};
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use sagaworks_outbox::{NewEvent, OutboxWriter};
+use sagaworks_proto::inventory::v1 as inv;
+use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
+use sagaworks_proto::payment::v1 as pay;
+use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
+use sagaworks_resilience::{Rejection, ResilientChannel};
+use sqlx::{FromRow, PgPool};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tonic::Code;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriveError {
+    #[error("lease on saga {0} lost to another driver")]
+    LeaseLost(Uuid),
+    #[error("crash injected at {0}")]
+    Crashed(String),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+    #[error(transparent)]
+    Outbox(#[from] sagaworks_outbox::OutboxError),
+}
+
+/// How a call to [`Orchestrator::drive`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driven {
+    /// The saga reached COMPLETED or COMPENSATED.
+    Finished,
+    /// A step is to be retried later; the lease was released.
+    Deferred,
+    /// This replica is shutting down; the lease was released.
+    Stopped,
+}
+
+/// Where fault injection stops this replica dead (see `SagaSettings::crash_point`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CrashPoint {
+    Before(Step),
+    AfterCall(Step),
+    AfterCommit(Step),
+}
+
+impl CrashPoint {
+    fn parse(s: &str) -> Option<Self> {
+        let (when, step) = s.split_once(':')?;
+        let step = Step::parse(step)?;
+        match when {
+            "before" => Some(Self::Before(step)),
+            "after_call" => Some(Self::AfterCall(step)),
+            "after_commit" => Some(Self::AfterCommit(step)),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, FromRow)]
+struct State {
+    status: String,
+    current_step: String,
+    failure_reason: Option<String>,
+    created_at: DateTime<Utc>,
+    order_id: Uuid,
+    customer_id: Uuid,
+    total_cents: i64,
+    step_started_at: Option<DateTime<Utc>>,
+    attempts: Option<i32>,
+}
+
+struct Inner {
+    pool: PgPool,
+    inventory: InventoryServiceClient<ResilientChannel>,
+    payment: PaymentServiceClient<ResilientChannel>,
+    outbox: OutboxWriter,
+    settings: SagaSettings,
+    owner: String,
+    crash_point: Option<CrashPoint>,
+    crashed: AtomicBool,
+    /// Bounds the sagas this replica drives at once.
+    permits: Arc<Semaphore>,
+}
+
+#[derive(Clone)]
+pub struct Orchestrator {
+    inner: Arc<Inner>,
+}
+
+impl Orchestrator {
+    pub fn new(
+        pool: PgPool,
+        inventory: ResilientChannel,
+        payment: ResilientChannel,
+        settings: SagaSettings,
+    ) -> Result<Self, String> {
+        let crash_point = match settings.crash_point.as_str() {
+            "" => None,
+            s => Some(CrashPoint::parse(s).ok_or_else(|| format!("invalid saga.crash_point {s:?}"))?),
+        };
+        let owner = format!("{}-{}", hostname(), Uuid::new_v4().simple());
+        let permits = Arc::new(Semaphore::new(settings.max_concurrent.max(1)));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                inventory: InventoryServiceClient::new(inventory),
+                payment: PaymentServiceClient::new(payment),
+                outbox: OutboxWriter::new("order"),
+                settings,
+                owner,
+                crash_point,
+                crashed: AtomicBool::new(false),
+                permits,
+            }),
+        })
+    }
+
+    /// This replica's lease owner id.
+    pub fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
+    pub fn settings(&self) -> &SagaSettings {
+        &self.inner.settings
+    }
+
+    pub fn permits(&self) -> Arc<Semaphore> {
+        self.inner.permits.clone()
+    }
+
+    /// True once injected fault stopped this replica (it then drives nothing).
+    pub fn has_crashed(&self) -> bool {
+        self.inner.crashed.load(Ordering::SeqCst)
+    }
+
+    fn crash_at(&self, point: CrashPoint) -> Result<(), DriveError> {
+        if self.inner.crash_point.as_ref() == Some(&point) {
+            self.inner.crashed.store(true, Ordering::SeqCst);
+            tracing::warn!(?point, "fault injection: this replica stops dead here");
+        }
+        if self.has_crashed() { Err(DriveError::Crashed(format!("{point:?}"))) } else { Ok(()) }
+    }
+
+    /// Drives saga `id` (leased to this replica) until it finishes, must wait
+    /// for a retry, or `stop` is set.
+    #[tracing::instrument(name = "saga", skip(self, stop), fields(saga.id = %id))]
+    pub async fn drive(&self, id: Uuid, stop: &tokio_util::sync::CancellationToken) -> Result<Driven, DriveError> {
+        loop {
+            if self.has_crashed() {
+                return Err(DriveError::Crashed("earlier".into()));
+            }
+            let state = self.load(id).await?;
+            let Some(step) = Step::parse(&state.current_step) else {
+                tracing::error!(step = %state.current_step, "unknown saga step; leaving it for an operator");
+                return Ok(Driven::Deferred);
+            };
+            if matches!(state.status.as_str(), "COMPLETED" | "COMPENSATED") {
+                return Ok(Driven::Finished);
+            }
+            if stop.is_cancelled() {
+                self.release_lease(id, Duration::ZERO).await?;
+                return Ok(Driven::Stopped);
+            }
+            self.crash_at(CrashPoint::Before(step))?;
+            let outcome = if self.past_deadline(step, &state) {
+                StepOutcome::Failed(format!("{} missed its deadline", step.as_str()))
+            } else {
+                self.begin_step(id, step).await?;
+                let outcome = self.run_step(id, step, &state).await;
+                self.crash_at(CrashPoint::AfterCall(step))?;
+                outcome
+            };
+            metrics::counter!("saga_steps_total", "step" => step.as_str(), "result" => label(&outcome)).increment(1);
+            let next = transition(step, &outcome);
+            let finished = self.apply(id, step, &state, &outcome, &next).await?;
+            self.crash_at(CrashPoint::AfterCommit(step))?;
+            match next {
+                Transition::Retry => return Ok(Driven::Deferred),
+                Transition::Complete | Transition::Cancel { .. } | Transition::Compensated => {
+                    let outcome = if matches!(next, Transition::Complete) { "confirmed" } else { "cancelled" };
+                    let elapsed = (finished - state.created_at).to_std().unwrap_or_default();
+                    metrics::histogram!("saga_duration_seconds", "outcome" => outcome).record(elapsed.as_secs_f64());
+                    metrics::counter!("sagas_finished_total", "outcome" => outcome).increment(1);
+                    return Ok(Driven::Finished);
+                }
+                Transition::Next(_) | Transition::Compensate { .. } => {}
+            }
+        }
+    }
+
+    fn past_deadline(&self, step: Step, state: &State) -> bool {
+        let deadline = chrono::Duration::milliseconds(self.inner.settings.step_deadline_ms as i64);
+        !step.is_compensation()
+            && step != Step::ConfirmOrder
+            && state.step_started_at.is_some_and(|started| Utc::now() - started > deadline)
+    }
+
+    async fn load(&self, id: Uuid) -> Result<State, DriveError> {
+        sqlx::query_as::<_, State>(
+            "SELECT s.status, s.current_step, s.failure_reason, s.created_at,
+                    o.id AS order_id, o.customer_id, o.total_cents,
+                    st.started_at AS step_started_at, st.attempts
+             FROM sagas s JOIN orders o ON o.id = s.order_id
+             LEFT JOIN saga_steps st ON st.saga_id = s.id AND st.name = s.current_step
+             WHERE s.id = $1 AND s.lease_owner = $2",
+        )
+        .bind(id)
+        .bind(&self.inner.owner)
+        .fetch_optional(&self.inner.pool)
+        .await?
+        .ok_or(DriveError::LeaseLost(id))
+    }
+
+    fn lease_secs(&self) -> f64 {
+        self.inner.settings.lease_ms as f64 / 1000.0
+    }
+
+    /// Records the attempt (so a step's start survives a crash, for its
+    /// deadline) and renews the lease.
+    async fn begin_step(&self, id: Uuid, step: Step) -> Result<(), DriveError> {
+        let mut tx = self.inner.pool.begin().await?;
+        self.renew(&mut tx, id).await?;
+        sqlx::query(
+            "INSERT INTO saga_steps (saga_id, name, status, attempts) VALUES ($1, $2, 'RUNNING', 1)
+             ON CONFLICT (saga_id, name) DO UPDATE SET attempts = saga_steps.attempts + 1, status = 'RUNNING'",
+        )
+        .bind(id)
+        .bind(step.as_str())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn renew(&self, conn: &mut sqlx::PgConnection, id: Uuid) -> Result<(), DriveError> {
+        let renewed = sqlx::query(
+            "UPDATE sagas SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
+             WHERE id = $1 AND lease_owner = $2",
+        )
+        .bind(id)
+        .bind(&self.inner.owner)
+        .bind(self.lease_secs())
+        .execute(conn)
+        .await?
+        .rows_affected();
+        if renewed == 0 { Err(DriveError::LeaseLost(id)) } else { Ok(()) }
+    }
+
+    /// Gives the saga back to the worker pool, runnable after `delay`.
+    pub async fn release_lease(&self, id: Uuid, delay: Duration) -> Result<(), DriveError> {
+        sqlx::query(
+            "UPDATE sagas SET lease_owner = NULL, lease_expires_at = NULL,
+                    next_attempt_at = now() + make_interval(secs => $3)
+             WHERE id = $1 AND lease_owner = $2",
+        )
+        .bind(id)
+        .bind(&self.inner.owner)
+        .bind(delay.as_secs_f64())
+        .execute(&self.inner.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn run_step(&self, id: Uuid, step: Step, state: &State) -> StepOutcome {
+        let key = format!("{id}:{}", step.as_str());
+        let order_id = state.order_id.to_string();
+        let reason = state.failure_reason.clone().unwrap_or_default();
+        let started = Instant::now();
+        let result = match step {
+            Step::ReserveStock => {
+                let items = match self.inner.pool.acquire().await {
+                    Ok(mut conn) => orders::items(&mut conn, state.order_id).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                // Nothing was sent yet: a database hiccup here has no effect.
+                let items = match items {
+                    Ok(items) => items,
+                    Err(e) => return StepOutcome::Rejected(format!("loading items: {e}")),
+                };
+                let request = inv::ReserveStockRequest {
+                    idempotency_key: key,
+                    reservation_id: id.to_string(),
+                    order_id,
+                    items: items
+                        .iter()
+                        .map(|i| inv::ReserveItem { product_id: i.product_id.to_string(), quantity: i.quantity })
+                        .collect(),
+                };
+                match self.inner.inventory.clone().reserve_stock(request).await {
+                    Ok(r) => return self.record_prices(state.order_id, r.into_inner()).await,
+                    Err(s) => Err(s),
+                }
+            }
+            Step::ChargePayment => {
+                let request = pay::ChargeRequest {
+                    idempotency_key: key,
+                    payment_id: id.to_string(),
+                    customer_id: state.customer_id.to_string(),
+                    order_id,
+                    amount_cents: state.total_cents,
+                };
+                self.inner.payment.clone().charge(request).await.map(|_| ())
+            }
+            Step::ConfirmOrder => Ok(()),
+            Step::RefundPayment => {
+                let request = pay::RefundRequest { idempotency_key: key, payment_id: id.to_string(), order_id, reason };
+                self.inner.payment.clone().refund(request).await.map(|_| ())
+            }
+            Step::ReleaseStock => {
+                let request =
+                    inv::ReleaseReservationRequest { idempotency_key: key, reservation_id: id.to_string(), order_id, reason };
+                self.inner.inventory.clone().release_reservation(request).await.map(|_| ())
+            }
+        };
+        metrics::histogram!("saga_step_duration_seconds", "step" => step.as_str())
+            .record(started.elapsed().as_secs_f64());
+        match result {
+            Ok(()) => StepOutcome::Succeeded,
+            Err(status) => classify(step, &status),
+        }
+    }
+
+    /// Inventory owns prices: the reservation tells what the order costs.
+    async fn record_prices(&self, order_id: Uuid, r: inv::Reservation) -> StepOutcome {
+        let lines: Vec<Item> = r
+            .lines
+            .iter()
+            .filter_map(|l| {
+                Some(Item { product_id: l.product_id.parse().ok()?, quantity: l.quantity, unit_price_cents: l.unit_price_cents })
+            })
+            .collect();
+        let res: Result<(), sqlx::Error> = async {
+            let mut tx = self.inner.pool.begin().await?;
+            for line in &lines {
+                sqlx::query("UPDATE order_items SET unit_price_cents = $3 WHERE order_id = $1 AND product_id = $2")
+                    .bind(order_id)
+                    .bind(line.product_id)
+                    .bind(line.unit_price_cents)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            sqlx::query("UPDATE orders SET total_cents = $2, updated_at = now() WHERE id = $1")
+                .bind(order_id)
+                .bind(r.total_cents)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await
+        }
+        .await;
+        match res {
+            Ok(()) => StepOutcome::Succeeded,
+            // The reservation exists; failing here compensates it (release).
+            Err(e) => StepOutcome::Failed(format!("recording prices: {e}")),
+        }
+    }
+
+    /// Commits the step's result and the saga's next state in one transaction.
+    /// Returns the commit time.
+    async fn apply(
+        &self,
+        id: Uuid,
+        step: Step,
+        state: &State,
+        outcome: &StepOutcome,
+        next: &Transition,
+    ) -> Result<DateTime<Utc>, DriveError> {
+        let mut tx = self.inner.pool.begin().await?;
+        self.renew(&mut tx, id).await?;
+        let (status, error) = match outcome {
+            StepOutcome::Succeeded => ("SUCCEEDED", None),
+            StepOutcome::Rejected(e) => ("FAILED", Some(e.as_str())),
+            StepOutcome::Failed(e) if matches!(next, Transition::Retry) => ("RUNNING", Some(e.as_str())),
+            StepOutcome::Failed(e) => ("FAILED", Some(e.as_str())),
+        };
+        sqlx::query(
+            "INSERT INTO saga_steps (saga_id, name, status, attempts, error, finished_at)
+             VALUES ($1, $2, $3, 1, $4, CASE WHEN $3 = 'RUNNING' THEN NULL ELSE now() END)
+             ON CONFLICT (saga_id, name) DO UPDATE SET status = $3, error = $4, finished_at = EXCLUDED.finished_at",
+        )
+        .bind(id)
+        .bind(step.as_str())
+        .bind(status)
+        .bind(error)
+        .execute(&mut *tx)
+        .await?;
+        let outbox = &self.inner.outbox;
+        let order_event = |event_type: &str, extra: serde_json::Value| {
+            let mut payload = serde_json::json!({
+                "order_id": state.order_id, "customer_id": state.customer_id, "saga_id": id,
+                "reservation_id": id, "payment_id": id, "total_cents": state.total_cents,
+            });
+            if let (Some(p), serde_json::Value::Object(extra)) = (payload.as_object_mut(), extra) {
+                p.extend(extra);
+            }
+            NewEvent::new("order", state.order_id, event_type, payload)
+        };
+        match next {
+            Transition::Next(step) => self.set_saga(&mut tx, id, None, step.as_str(), None).await?,
+            Transition::Compensate { first, reason } => {
+                self.set_saga(&mut tx, id, Some("COMPENSATING"), first.as_str(), Some(reason)).await?
+            }
+            Transition::Retry => {
+                let attempts = state.attempts.unwrap_or(1).max(1) as u32;
+                let delay = backoff(&self.inner.settings, attempts);
+                tracing::warn!(step = step.as_str(), ?delay, error, "saga step will be retried");
+                sqlx::query(
+                    "UPDATE sagas SET lease_owner = NULL, lease_expires_at = NULL,
+                            next_attempt_at = now() + make_interval(secs => $2), updated_at = now()
+                     WHERE id = $1",
+                )
+                .bind(id)
+                .bind(delay.as_secs_f64())
+                .execute(&mut *tx)
+                .await?;
+            }
+            Transition::Complete => {
+                self.finish(&mut tx, id, state.order_id, "COMPLETED", "CONFIRMED", None).await?;
+                outbox.write(&mut tx, order_event("OrderConfirmed", serde_json::json!({}))?).await?;
+            }
+            Transition::Cancel { reason } => {
+                self.set_saga(&mut tx, id, None, step.as_str(), Some(reason)).await?;
+                self.finish(&mut tx, id, state.order_id, "COMPENSATED", "CANCELLED", Some(reason)).await?;
+                outbox.write(&mut tx, order_event("OrderCancelled", serde_json::json!({ "reason": reason }))?).await?;
+            }
+            Transition::Compensated => {
+                let reason = state.failure_reason.clone().unwrap_or_else(|| "compensated".into());
+                self.finish(&mut tx, id, state.order_id, "COMPENSATED", "CANCELLED", Some(&reason)).await?;
+                outbox.write(&mut tx, order_event("OrderCancelled", serde_json::json!({ "reason": reason }))?).await?;
+            }
+        }
+        let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(now)
+    }
+
+    async fn set_saga(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        id: Uuid,
+        status: Option<&str>,
+        step: &str,
+        reason: Option<&str>,
+    ) -> Result<(), DriveError> {
+        sqlx::query(
+            "UPDATE sagas SET status = COALESCE($2, status), current_step = $3,
+                    failure_reason = COALESCE($4, failure_reason), updated_at = now()
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(status)
+        .bind(step)
+        .bind(reason)
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
+
+    async fn finish(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        id: Uuid,
+        order_id: Uuid,
+        saga_status: &str,
+        order_status: &str,
+        reason: Option<&str>,
+    ) -> Result<(), DriveError> {
+        sqlx::query(
+            "UPDATE sagas SET status = $2, lease_owner = NULL, lease_expires_at = NULL,
+                    finished_at = now(), updated_at = now()
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(saga_status)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query("UPDATE orders SET status = $2, failure_reason = $3, updated_at = now() WHERE id = $1")
+            .bind(order_id)
+            .bind(order_status)
+            .bind(reason)
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Maps a participant's answer to a step outcome.
+fn classify(step: Step, status: &tonic::Status) -> StepOutcome {
+    let what = format!("{}: {}", step.as_str(), status.message());
+    match sagaworks_resilience::rejection(status) {
+        // Never left this process: no effect.
+        Some(Rejection::CircuitOpen { .. }) => return StepOutcome::Rejected(format!("{what} (circuit open)")),
+        Some(Rejection::BulkheadFull) => return StepOutcome::Rejected(format!("{what} (too many calls in flight)")),
+        Some(Rejection::Timeout) => return StepOutcome::Failed(format!("{what} (timed out)")),
+        None => {}
+    }
+    match status.code() {
+        Code::InvalidArgument
+        | Code::NotFound
+        | Code::FailedPrecondition
+        | Code::Aborted
+        | Code::AlreadyExists
+        | Code::OutOfRange
+        | Code::PermissionDenied
+        | Code::Unauthenticated => StepOutcome::Rejected(what),
+        _ => StepOutcome::Failed(what),
+    }
+}
+
+/// Exponential backoff with full jitter for compensation retries.
+fn backoff(settings: &SagaSettings, attempts: u32) -> Duration {
+    let cap = settings.retry_base_ms.saturating_mul(1u64 << attempts.min(20)).min(settings.retry_max_ms);
+    Duration::from_millis(rand::rng().random_range(0..=cap.max(1)))
+}
+
+/// Step outcome label for metrics.
+fn label(o: &StepOutcome) -> &'static str {
+    match o {
+        StepOutcome::Succeeded => "succeeded",
+        StepOutcome::Rejected(_) => "rejected",
+        StepOutcome::Failed(_) => "failed",
+    }
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME").unwrap_or_else(|_| "order".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crash_points_parse() {
+        assert_eq!(CrashPoint::parse("after_call:charge_payment"), Some(CrashPoint::AfterCall(Step::ChargePayment)));
+        assert_eq!(CrashPoint::parse("before:reserve_stock"), Some(CrashPoint::Before(Step::ReserveStock)));
+        assert_eq!(CrashPoint::parse("sometime:reserve_stock"), None);
+        assert_eq!(CrashPoint::parse("before:nap"), None);
+    }
+
+    #[test]
+    fn business_codes_are_rejections_and_transport_trouble_is_a_failure() {
+        let s = tonic::Status::failed_precondition("insufficient stock");
+        assert!(matches!(classify(Step::ReserveStock, &s), StepOutcome::Rejected(m) if m.contains("insufficient stock")));
+        assert!(matches!(classify(Step::ChargePayment, &tonic::Status::unavailable("x")), StepOutcome::Failed(_)));
+        assert!(matches!(classify(Step::ChargePayment, &tonic::Status::deadline_exceeded("x")), StepOutcome::Failed(_)));
+    }
+
+    #[test]
+    fn backoff_stays_within_the_cap() {
+        let s = SagaSettings { retry_base_ms: 100, retry_max_ms: 1000, ..Default::default() };
+        for attempt in 0..30 {
+            assert!(backoff(&s, attempt) <= Duration::from_millis(1000));
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! Resumes sagas nobody is driving.
+//!
+//! Every `poll_interval_ms` the worker leases runnable sagas — unfinished,
+//! due (`next_attempt_at`), and either unleased or with an expired lease (the
+//! replica driving it crashed) — with `FOR UPDATE SKIP LOCKED`, so replicas
+//! never take the same saga, and drives each on its own task. On shutdown it
+//! stops leasing and waits for the sagas in hand, which hand their leases
+//! back at the next step boundary.
+
+use super::orchestrator::{DriveError, Orchestrator};
+use std::time::Duration;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// Leases up to `limit` runnable sagas to this replica.
+async fn lease(orchestrator: &Orchestrator, pool: &sqlx::PgPool, limit: i64) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar(
+        "UPDATE sagas SET lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
+         WHERE id IN (
+             SELECT id FROM sagas
+             WHERE status IN ('RUNNING', 'COMPENSATING') AND next_attempt_at <= now()
+               AND (lease_expires_at IS NULL OR lease_expires_at < now())
+             ORDER BY next_attempt_at
+             LIMIT $3
+             FOR UPDATE SKIP LOCKED)
+         RETURNING id",
+    )
+    .bind(orchestrator.owner())
+    .bind(orchestrator.settings().lease_ms as f64 / 1000.0)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Runs until `shutdown`; see the module docs.
+pub async fn run(orchestrator: Orchestrator, pool: sqlx::PgPool, shutdown: CancellationToken) {
+    let permits = orchestrator.permits();
+    let poll = Duration::from_millis(orchestrator.settings().poll_interval_ms.max(10));
+    let mut running = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(poll) => {}
+        }
+        while running.try_join_next().is_some() {}
+        if orchestrator.has_crashed() {
+            continue;
+        }
+        let free = permits.available_permits() as i64;
+        if free == 0 {
+            continue;
+        }
+        let ids = match lease(&orchestrator, &pool, free).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot lease sagas");
+                continue;
+            }
+        };
+        for id in ids {
+            let Ok(permit) = permits.clone().acquire_owned().await else { break };
+            metrics::counter!("saga_resumed_total").increment(1);
+            let (orchestrator, stop) = (orchestrator.clone(), shutdown.clone());
+            running.spawn(async move {
+                let _permit = permit;
+                log_outcome(id, orchestrator.drive(id, &stop).await);
+            });
+        }
+    }
+    while running.join_next().await.is_some() {}
+}
+
+/// Drives a saga this replica just created (its lease was taken in the same
+/// transaction) on a task of its own; returns when the saga finished, must
+/// wait for a retry, or `wait` elapsed — the saga goes on regardless.
+pub async fn start(orchestrator: &Orchestrator, id: Uuid, wait: Duration, stop: &CancellationToken) {
+    let (orchestrator, stop) = (orchestrator.clone(), stop.clone());
+    let permits = orchestrator.permits();
+    let task = tokio::spawn(async move {
+        // Beyond the bound, the saga waits for the worker like any other.
+        let Ok(_permit) = permits.try_acquire_owned() else {
+            let _ = orchestrator.release_lease(id, Duration::ZERO).await;
+            return;
+        };
+        log_outcome(id, orchestrator.drive(id, &stop).await);
+    });
+    let _ = tokio::time::timeout(wait, task).await;
+}
+
+fn log_outcome(id: Uuid, result: Result<super::orchestrator::Driven, DriveError>) {
+    match result {
+        Ok(_) => {}
+        Err(DriveError::Crashed(_)) => {}
+        Err(DriveError::LeaseLost(_)) => tracing::info!(saga.id = %id, "saga taken over by another replica"),
+        // The lease runs out and the worker (here or elsewhere) resumes it.
+        Err(e) => tracing::warn!(saga.id = %id, error = %e, "saga driver stopped; it will be resumed"),
+    }
+}

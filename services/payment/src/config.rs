@@ -1,0 +1,31 @@
+//! Payment settings: defaults for local development, overridden by the file
+//! named in `APP_CONFIG_FILE` and `APP_*` variables (see `sagaworks_config`).
+
+use sagaworks_config::{DatabaseSettings, KafkaSettings, ListenSettings, TelemetrySettings};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Settings {
+    pub grpc: ListenSettings,
+    /// Health, readiness and metrics.
+    pub http: ListenSettings,
+    pub database: DatabaseSettings,
+    pub kafka: KafkaSettings,
+    pub telemetry: TelemetrySettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            grpc: ListenSettings::new("127.0.0.1", 50053),
+            http: ListenSettings::new("127.0.0.1", 8083),
+            database: DatabaseSettings {
+                url: "postgres://payment_svc@127.0.0.1:5432/sagaworks_payment".into(),
+                ..Default::default()
+            },
+            kafka: KafkaSettings::default(),
+            telemetry: TelemetrySettings::default(),
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Accounts and payments in payment's own database.
+//!
+//! A charge is one guarded `UPDATE` (`balance_cents >= $amount`), so
+//! concurrent charges can never overdraw an account. A payment's id is the
+//! saga's id; operations on one id are serialised by an advisory lock.
+
+use crate::error::{Error, Result};
+use chrono::{DateTime, Utc};
+use sagaworks_outbox::{NewEvent, OutboxWriter};
+use sqlx::{FromRow, PgConnection};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, FromRow)]
+pub struct Account {
+    pub customer_id: Uuid,
+    pub name: String,
+    pub balance_cents: i64,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentStatus {
+    Charged,
+    Refunded,
+    Voided,
+}
+
+#[derive(Debug, Clone)]
+pub struct Payment {
+    pub id: Uuid,
+    pub customer_id: Uuid,
+    pub order_id: Uuid,
+    pub amount_cents: i64,
+    pub status: PaymentStatus,
+}
+
+pub struct Charge {
+    pub payment_id: Uuid,
+    pub customer_id: Uuid,
+    pub order_id: Uuid,
+    pub amount_cents: i64,
+}
+
+const ACCOUNT_COLUMNS: &str = "customer_id, name, balance_cents, created_at";
+
+fn payment_event(p: &Payment) -> serde_json::Value {
+    serde_json::json!({
+        "payment_id": p.id, "order_id": p.order_id, "customer_id": p.customer_id, "amount_cents": p.amount_cents,
+    })
+}
+
+pub async fn open_account(
+    conn: &mut PgConnection,
+    outbox: &OutboxWriter,
+    customer_id: Uuid,
+    name: &str,
+    credit: i64,
+) -> Result<Account> {
+    let account = sqlx::query_as::<_, Account>(&format!(
+        "INSERT INTO accounts (customer_id, name, balance_cents) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING RETURNING {ACCOUNT_COLUMNS}"
+    ))
+    .bind(customer_id)
+    .bind(name)
+    .bind(credit)
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(Error::DuplicateCustomer(customer_id))?;
+    let event = serde_json::json!({ "customer_id": customer_id, "name": name, "initial_credit_cents": credit });
+    outbox.write(conn, NewEvent::new("account", customer_id, "AccountOpened", event)?).await?;
+    Ok(account)
+}
+
+pub async fn add_credit(conn: &mut PgConnection, outbox: &OutboxWriter, customer_id: Uuid, amount: i64) -> Result<Account> {
+    let account = sqlx::query_as::<_, Account>(&format!(
+        "UPDATE accounts SET balance_cents = balance_cents + $2, updated_at = now()
+         WHERE customer_id = $1 RETURNING {ACCOUNT_COLUMNS}"
+    ))
+    .bind(customer_id)
+    .bind(amount)
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(Error::CustomerNotFound(customer_id))?;
+    let event = serde_json::json!({
+        "customer_id": customer_id, "amount_cents": amount, "balance_cents": account.balance_cents,
+    });
+    outbox.write(conn, NewEvent::new("account", customer_id, "AccountCredited", event)?).await?;
+    Ok(account)
+}
+
+pub async fn get_account(conn: &mut PgConnection, customer_id: Uuid) -> Result<Account> {
+    sqlx::query_as::<_, Account>(&format!("SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE customer_id = $1"))
+        .bind(customer_id)
+        .fetch_optional(conn)
+        .await?
+        .ok_or(Error::CustomerNotFound(customer_id))
+}
+
+async fn lock_payment(conn: &mut PgConnection, id: Uuid) -> Result<Option<Payment>> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))")
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    let row = sqlx::query_as::<_, (Uuid, Uuid, i64, String)>(
+        "SELECT customer_id, order_id, amount_cents, status FROM payments WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|(customer_id, order_id, amount_cents, status)| Payment {
+        id,
+        customer_id,
+        order_id,
+        amount_cents,
+        status: match status.as_str() {
+            "CHARGED" => PaymentStatus::Charged,
+            "REFUNDED" => PaymentStatus::Refunded,
+            _ => PaymentStatus::Voided,
+        },
+    }))
+}
+
+/// Takes `amount_cents` from the customer's balance, at most once per payment id.
+pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -> Result<Payment> {
+    if let Some(existing) = lock_payment(conn, c.payment_id).await? {
+        return match existing.status {
+            PaymentStatus::Voided | PaymentStatus::Refunded => Err(Error::AlreadyRefunded(c.payment_id)),
+            PaymentStatus::Charged if existing.customer_id != c.customer_id || existing.amount_cents != c.amount_cents => {
+                Err(Error::Mismatch(c.payment_id))
+            }
+            PaymentStatus::Charged => Ok(existing),
+        };
+    }
+    let charged = sqlx::query(
+        "UPDATE accounts SET balance_cents = balance_cents - $2, updated_at = now()
+         WHERE customer_id = $1 AND balance_cents >= $2",
+    )
+    .bind(c.customer_id)
+    .bind(c.amount_cents)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if charged == 0 {
+        let account = get_account(conn, c.customer_id).await?;
+        return Err(Error::InsufficientFunds {
+            customer_id: c.customer_id,
+            balance_cents: account.balance_cents,
+            amount_cents: c.amount_cents,
+        });
+    }
+    sqlx::query(
+        "INSERT INTO payments (id, customer_id, order_id, amount_cents, status) VALUES ($1, $2, $3, $4, 'CHARGED')",
+    )
+    .bind(c.payment_id)
+    .bind(c.customer_id)
+    .bind(c.order_id)
+    .bind(c.amount_cents)
+    .execute(&mut *conn)
+    .await?;
+    let payment = Payment {
+        id: c.payment_id,
+        customer_id: c.customer_id,
+        order_id: c.order_id,
+        amount_cents: c.amount_cents,
+        status: PaymentStatus::Charged,
+    };
+    outbox.write(conn, NewEvent::new("payment", payment.id, "PaymentCharged", payment_event(&payment))?).await?;
+    Ok(payment)
+}
+
+/// Gives a charge back. Refunding an unknown payment leaves a VOIDED
+/// tombstone, so a charge that arrives late (after its saga gave up) is refused.
+pub async fn refund(
+    conn: &mut PgConnection,
+    outbox: &OutboxWriter,
+    payment_id: Uuid,
+    order_id: Uuid,
+    reason: &str,
+) -> Result<Payment> {
+    let Some(mut payment) = lock_payment(conn, payment_id).await? else {
+        sqlx::query(
+            "INSERT INTO payments (id, customer_id, order_id, amount_cents, status)
+             VALUES ($1, '00000000-0000-0000-0000-000000000000', $2, 0, 'VOIDED')",
+        )
+        .bind(payment_id)
+        .bind(order_id)
+        .execute(&mut *conn)
+        .await?;
+        return Ok(Payment {
+            id: payment_id,
+            customer_id: Uuid::nil(),
+            order_id,
+            amount_cents: 0,
+            status: PaymentStatus::Voided,
+        });
+    };
+    if payment.status != PaymentStatus::Charged {
+        return Ok(payment);
+    }
+    sqlx::query("UPDATE accounts SET balance_cents = balance_cents + $2, updated_at = now() WHERE customer_id = $1")
+        .bind(payment.customer_id)
+        .bind(payment.amount_cents)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("UPDATE payments SET status = 'REFUNDED', updated_at = now() WHERE id = $1")
+        .bind(payment_id)
+        .execute(&mut *conn)
+        .await?;
+    payment.status = PaymentStatus::Refunded;
+    let mut event = payment_event(&payment);
+    event["reason"] = reason.into();
+    outbox.write(conn, NewEvent::new("payment", payment_id, "PaymentRefunded", event)?).await?;
+    Ok(payment)
+}

@@ -1,0 +1,47 @@
+//! Builds and runs the payment service: database, gRPC API, health.
+
+use crate::config::Settings;
+use crate::grpc::Payments;
+use sagaworks_proto::payment::v1::payment_service_server::PaymentServiceServer;
+use sagaworks_runtime::health::Readiness;
+use sagaworks_runtime::host::{HostError, ServiceHost};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+/// A bound, migrated, not yet serving payment service.
+pub struct Application {
+    settings: Settings,
+    host: ServiceHost,
+}
+
+impl Application {
+    /// Connects, migrates and binds both ports (0 = any free port).
+    pub async fn build(settings: Settings) -> Result<Self, HostError> {
+        let migrations = vec![sqlx::migrate!("../../migrations/payment"), sagaworks_outbox::migrator()];
+        let host = ServiceHost::build(&settings.database, migrations, &settings.grpc, &settings.http).await?;
+        Ok(Self { settings, host })
+    }
+
+    pub fn grpc_port(&self) -> u16 {
+        self.host.grpc_port()
+    }
+
+    pub fn http_port(&self) -> u16 {
+        self.host.http_port()
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        self.host.pool()
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Serves until `shutdown` is cancelled, then drains and returns.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), HostError> {
+        let pool = self.host.pool().clone();
+        let routes = tonic::service::Routes::new(PaymentServiceServer::new(Payments::new(pool)));
+        self.host.run(routes, Readiness::new(), vec![], shutdown).await
+    }
+}
