@@ -12,6 +12,7 @@
 
 mod broker;
 mod database;
+pub mod otlp;
 
 pub use broker::Broker;
 pub use database::TestDatabase;

@@ -1,0 +1,128 @@
+//! A tower layer that traces incoming HTTP requests (the axum gateway).
+//!
+//! ```ignore
+//! let app = Router::new()
+//!     .route("/orders/{id}", get(get_order))
+//!     .layer(sagaworks_telemetry::http::ServerTraceLayer::default());
+//! ```
+//!
+//! Each request gets a server span that continues the caller's W3C `traceparent` (or
+//! starts a trace), named `{method} {http.route}` with `http.request.method`,
+//! `url.path`, `http.route` and `http.response.status_code`; 5xx responses and
+//! service errors mark it as an error. Added with `Router::layer`, the layer sees
+//! axum's [`MatchedPath`]; wrapped around the whole router (no matched path yet) the
+//! span is named by the method alone, as the conventions ask for.
+
+use crate::propagation::{self, HeaderExtractor};
+use axum::extract::MatchedPath;
+use pin_project_lite::pin_project;
+use std::fmt::Display;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use tower::{Layer, Service};
+use tracing::Span;
+use tracing::field::Empty;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// Traces every request passing through it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerTraceLayer;
+
+impl<S> Layer<S> for ServerTraceLayer {
+    type Service = ServerTrace<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ServerTrace { inner }
+    }
+}
+
+/// The service made by [`ServerTraceLayer`].
+#[derive(Debug, Clone)]
+pub struct ServerTrace<S> {
+    inner: S,
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for ServerTrace<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    S::Error: Display,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        let span = request_span(&request);
+        let _ = span.set_parent(propagation::extract(&HeaderExtractor(request.headers())));
+        let inner = span.in_scope(|| self.inner.call(request));
+        ResponseFuture { inner, span }
+    }
+}
+
+fn request_span<B>(request: &http::Request<B>) -> Span {
+    let method = request.method().as_str();
+    let route = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+    let name = match route {
+        Some(route) => format!("{method} {route}"),
+        None => method.to_owned(),
+    };
+    let span = tracing::info_span!(
+        "http.server",
+        otel.name = %name,
+        otel.kind = "server",
+        http.request.method = %method,
+        url.path = %request.uri().path(),
+        http.route = Empty,
+        http.response.status_code = Empty,
+        otel.status_code = Empty,
+        otel.status_description = Empty,
+    );
+    if let Some(route) = route {
+        span.record("http.route", route);
+    }
+    span
+}
+
+pin_project! {
+    /// The response future of [`ServerTrace`].
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: F,
+        span: Span,
+    }
+}
+
+impl<F, ResBody, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<http::Response<ResBody>, E>>,
+    E: Display,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let result = {
+            let _entered = this.span.enter();
+            ready!(this.inner.poll(cx))
+        };
+        match &result {
+            Ok(response) => {
+                let status = response.status();
+                this.span.record("http.response.status_code", status.as_u16());
+                if status.is_server_error() {
+                    this.span.record("otel.status_code", "ERROR");
+                }
+            }
+            Err(error) => {
+                this.span.record("otel.status_code", "ERROR");
+                this.span.record("otel.status_description", error.to_string());
+            }
+        }
+        Poll::Ready(result)
+    }
+}

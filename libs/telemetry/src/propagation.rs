@@ -1,0 +1,169 @@
+//! W3C trace-context propagation: the current `traceparent`, and moving the context in
+//! and out of carriers (HTTP headers, gRPC metadata, outbox rows, Kafka headers).
+//!
+//! `inject`/`extract` use the global propagator that [`init`](crate::init) installs
+//! (W3C TraceContext); [`current_traceparent`] and [`context_from_traceparent`] always
+//! speak W3C, because that is what an outbox row stores.
+//!
+//! Kafka: the relay calls [`headers_to_inject`] (or [`headers_for`]) and adds each pair
+//! as a header; a consumer passes the message's headers to [`context_from_pairs`] and
+//! links its span to the result (see [`messaging`](crate::messaging)). This crate does
+//! not depend on rdkafka.
+
+use opentelemetry::Context;
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use std::collections::HashMap;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+pub use opentelemetry_http::{HeaderExtractor, HeaderInjector};
+
+/// The W3C header carrying trace id, parent span id and flags.
+pub const TRACEPARENT: &str = "traceparent";
+/// The W3C header carrying vendor-specific trace state.
+pub const TRACESTATE: &str = "tracestate";
+
+/// The OpenTelemetry context of the current `tracing` span (or, when that has none, the
+/// context attached with the OpenTelemetry API).
+pub fn current_context() -> Context {
+    let cx = tracing::Span::current().context();
+    if cx.span().span_context().is_valid() { cx } else { Context::current() }
+}
+
+/// The W3C `traceparent` of the current span (`00-<trace id>-<span id>-<flags>`), or
+/// `None` outside a span. Unsampled spans have one too (flags `00`), so the sampling
+/// decision travels downstream.
+pub fn current_traceparent() -> Option<String> {
+    w3c_fields(&current_context()).remove(TRACEPARENT)
+}
+
+/// The trace id (32 lower-case hex digits) of the current span, or `None` outside a span.
+pub fn current_trace_id() -> Option<String> {
+    let cx = current_context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| sc.trace_id().to_string())
+}
+
+/// The remote context described by a stored `traceparent` (and optional `tracestate`).
+/// An invalid `traceparent` gives an empty context, so spans parented on it start a new trace.
+pub fn context_from_traceparent(traceparent: &str, tracestate: Option<&str>) -> Context {
+    let mut carrier = HashMap::from([(TRACEPARENT.to_owned(), traceparent.trim().to_owned())]);
+    if let Some(state) = tracestate {
+        carrier.insert(TRACESTATE.to_owned(), state.to_owned());
+    }
+    TraceContextPropagator::new().extract(&carrier)
+}
+
+/// Writes the current context into `carrier` with the global propagator.
+pub fn inject(carrier: &mut impl Injector) {
+    inject_context(&current_context(), carrier)
+}
+
+/// Writes `cx` into `carrier` with the global propagator.
+pub fn inject_context(cx: &Context, carrier: &mut impl Injector) {
+    opentelemetry::global::get_text_map_propagator(|propagator| propagator.inject_context(cx, carrier))
+}
+
+/// Reads a remote context from `carrier` with the global propagator (empty when there is none).
+pub fn extract(carrier: &impl Extractor) -> Context {
+    opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(carrier))
+}
+
+/// The headers (`traceparent`, and `tracestate` when non-empty) that carry the current
+/// context, e.g. into a Kafka record. Empty outside a span.
+pub fn headers_to_inject() -> Vec<(String, String)> {
+    headers_for(&current_context())
+}
+
+/// The headers that carry `cx`.
+pub fn headers_for(cx: &Context) -> Vec<(String, String)> {
+    let mut pairs = Pairs::default();
+    inject_context(cx, &mut pairs);
+    pairs.0
+}
+
+/// The remote context in a list of byte-valued headers (Kafka headers). Header names
+/// are matched case-insensitively; values that are not UTF-8 are ignored.
+pub fn context_from_pairs<'a>(pairs: impl Iterator<Item = (&'a str, &'a [u8])>) -> Context {
+    let carrier: HashMap<String, String> = pairs
+        .filter_map(|(key, value)| {
+            Some((key.to_ascii_lowercase(), std::str::from_utf8(value).ok()?.to_owned()))
+        })
+        .collect();
+    extract(&carrier)
+}
+
+/// The W3C fields of `cx` (empty when it has no valid span context).
+fn w3c_fields(cx: &Context) -> HashMap<String, String> {
+    let mut fields = HashMap::new();
+    TraceContextPropagator::new().inject_context(cx, &mut fields);
+    fields
+}
+
+/// An ordered list of header pairs as an injection carrier.
+#[derive(Default)]
+struct Pairs(Vec<(String, String)>);
+
+impl Injector for Pairs {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.retain(|(k, _)| k != key);
+        self.0.push((key.to_owned(), value));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn traceparent_parses_into_a_remote_sampled_context() {
+        let cx = context_from_traceparent(TP, Some("vendor=1"));
+        let sc = cx.span().span_context().clone();
+        assert!(sc.is_valid() && sc.is_remote() && sc.is_sampled());
+        assert_eq!(sc.trace_id(), TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap());
+        assert_eq!(sc.span_id(), SpanId::from_hex("00f067aa0ba902b7").unwrap());
+        assert_eq!(sc.trace_state().header(), "vendor=1");
+        assert_eq!(w3c_fields(&cx).get(TRACEPARENT).map(String::as_str), Some(TP));
+    }
+
+    #[test]
+    fn garbage_traceparent_gives_an_empty_context() {
+        for bad in ["", "nope", "00-00000000000000000000000000000000-00f067aa0ba902b7-01", "zz-4bf9-00f0-01"]
+        {
+            assert!(!context_from_traceparent(bad, None).span().span_context().is_valid(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn pairs_round_trip_through_the_w3c_propagator() {
+        opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+        let sc = SpanContext::new(
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
+            SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::from_key_value([("k", "v")]).unwrap(),
+        );
+        let headers = headers_for(&Context::new().with_remote_span_context(sc.clone()));
+        assert_eq!(headers[0], (TRACEPARENT.to_owned(), TP.to_owned()));
+        assert_eq!(headers[1], (TRACESTATE.to_owned(), "k=v".to_owned()));
+
+        let mut kafka: Vec<(&str, &[u8])> = vec![("ce_id", b"1"), ("Traceparent", b"\xff")];
+        kafka.extend(headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())));
+        let back = context_from_pairs(kafka.into_iter());
+        assert_eq!(back.span().span_context().trace_id(), sc.trace_id());
+        assert_eq!(back.span().span_context().span_id(), sc.span_id());
+        assert_eq!(back.span().span_context().trace_state().header(), "k=v");
+    }
+
+    #[test]
+    fn nothing_to_propagate_outside_a_span() {
+        assert_eq!(current_traceparent(), None);
+        assert_eq!(current_trace_id(), None);
+        assert!(headers_to_inject().is_empty());
+    }
+}
