@@ -77,7 +77,10 @@ mod tests {
             resp.headers_mut().insert("x-body-len", req.body().len().into());
             Box::pin(async move { Ok(resp) })
         });
-        let frames = futures::stream::iter([Ok::<_, std::convert::Infallible>(http_body::Frame::data(Bytes::from_static(b"abc"))), Ok(http_body::Frame::data(Bytes::from_static(b"de")))]);
+        let frames = futures::stream::iter([
+            Ok::<_, std::convert::Infallible>(http_body::Frame::data(Bytes::from_static(b"abc"))),
+            Ok(http_body::Frame::data(Bytes::from_static(b"de"))),
+        ]);
         let req = Request::builder()
             .uri("http://x/svc/Method")
             .header("x-key", "k1")

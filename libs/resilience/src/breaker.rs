@@ -98,7 +98,8 @@ pub(crate) struct Permit {
 
 impl Breaker {
     pub(crate) fn new(downstream: &'static str, settings: BreakerSettings) -> Arc<Self> {
-        metrics::gauge!("resilience_breaker_state", "downstream" => downstream).set(CircuitState::Closed.gauge());
+        metrics::gauge!("resilience_breaker_state", "downstream" => downstream)
+            .set(CircuitState::Closed.gauge());
         Arc::new(Self {
             downstream,
             settings,
@@ -230,7 +231,8 @@ impl Permit {
     /// Records the attempt as failed or not; slowness is measured since admission.
     pub(crate) fn record(mut self, failure: bool) {
         self.recorded = true;
-        let slow = self.started.elapsed() >= Duration::from_millis(self.breaker.settings.slow_call_duration_ms);
+        let slow =
+            self.started.elapsed() >= Duration::from_millis(self.breaker.settings.slow_call_duration_ms);
         self.breaker.record(self.epoch, Record { failure, slow });
     }
 }
@@ -335,7 +337,11 @@ mod tests {
         })
     }
 
-    fn fixture(settings: BreakerSettings, codes: Vec<i32>, delay: Duration) -> (Arc<Breaker>, Arc<AtomicUsize>, impl Svc<()>) {
+    fn fixture(
+        settings: BreakerSettings,
+        codes: Vec<i32>,
+        delay: Duration,
+    ) -> (Arc<Breaker>, Arc<AtomicUsize>, impl Svc<()>) {
         let breaker = Breaker::new("inventory", settings);
         let calls = Arc::new(AtomicUsize::new(0));
         let svc = BreakerLayer::new(Arc::clone(&breaker)).layer(scripted(codes, delay, Arc::clone(&calls)));
@@ -393,7 +399,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn half_open_after_the_wait_then_closed_after_successful_probes() {
         // 4 failures open it; then the probes succeed.
-        let (breaker, calls, svc) = fixture(settings(), vec![UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, 0], Duration::ZERO);
+        let (breaker, calls, svc) =
+            fixture(settings(), vec![UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, 0], Duration::ZERO);
         run(&svc, 4).await;
         tokio::time::advance(Duration::from_millis(499)).await;
         assert!(circuit_open(&run(&svc, 1).await[0]).is_some(), "still open 1 ms before the wait ends");
@@ -430,7 +437,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn half_open_admits_only_the_permitted_probes() {
-        let (breaker, calls, svc) = fixture(settings(), vec![UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, 0], Duration::from_millis(100));
+        let (breaker, calls, svc) = fixture(
+            settings(),
+            vec![UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, 0],
+            Duration::from_millis(100),
+        );
         run(&svc, 4).await;
         tokio::time::advance(Duration::from_millis(500)).await;
         let probes: Vec<_> = (0..3).map(|_| tokio::spawn(svc.clone().oneshot(path("GetStock")))).collect();
@@ -445,7 +456,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_dropped_probe_gives_its_slot_back() {
-        let (breaker, _, svc) = fixture(settings(), vec![UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, 0], Duration::from_millis(100));
+        let (breaker, _, svc) = fixture(
+            settings(),
+            vec![UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, UNAVAILABLE, 0],
+            Duration::from_millis(100),
+        );
         run(&svc, 4).await;
         tokio::time::advance(Duration::from_millis(500)).await;
         for _ in 0..3 {
@@ -463,7 +478,11 @@ mod tests {
         let (breaker, _, svc) = fixture(s, vec![0], Duration::from_millis(1_000));
         run(&svc, 4).await;
         assert_eq!(breaker.state(), CircuitState::Open, "4 successful but slow calls");
-        let (breaker, _, svc) = fixture(BreakerSettings { slow_call_rate_threshold: 50.0, ..settings() }, vec![0], Duration::from_millis(999));
+        let (breaker, _, svc) = fixture(
+            BreakerSettings { slow_call_rate_threshold: 50.0, ..settings() },
+            vec![0],
+            Duration::from_millis(999),
+        );
         run(&svc, 4).await;
         assert_eq!(breaker.state(), CircuitState::Closed, "just under the slow threshold");
     }

@@ -118,13 +118,28 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tower::ServiceExt;
 
-    fn unavailable_transport(calls: Arc<AtomicUsize>) -> impl tower::Service<Request<Body>, Response = Response<Body>, Error = BoxError, Future = BoxFuture<'static, Result<Response<Body>, BoxError>>> + Clone + Send + Sync + 'static {
-        tower::service_fn(move |_req: Request<Body>| -> BoxFuture<'static, Result<Response<Body>, BoxError>> {
-            calls.fetch_add(1, Ordering::SeqCst);
-            Box::pin(async {
-                Ok(Response::builder().header("grpc-status", "14").body(Body::empty()).expect("valid response"))
-            })
-        })
+    fn unavailable_transport(
+        calls: Arc<AtomicUsize>,
+    ) -> impl tower::Service<
+        Request<Body>,
+        Response = Response<Body>,
+        Error = BoxError,
+        Future = BoxFuture<'static, Result<Response<Body>, BoxError>>,
+    > + Clone
+    + Send
+    + Sync
+    + 'static {
+        tower::service_fn(
+            move |_req: Request<Body>| -> BoxFuture<'static, Result<Response<Body>, BoxError>> {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async {
+                    Ok(Response::builder()
+                        .header("grpc-status", "14")
+                        .body(Body::empty())
+                        .expect("valid response"))
+                })
+            },
+        )
     }
 
     #[tokio::test(start_paused = true)]
@@ -144,7 +159,11 @@ mod tests {
         assert_eq!(channel.breaker_state(), CircuitState::Closed);
 
         let err = channel.clone().oneshot(req()).await.unwrap_err();
-        assert_eq!(calls.load(Ordering::SeqCst), 4, "4th failure opened it; the retry was rejected, not sent");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            4,
+            "4th failure opened it; the retry was rejected, not sent"
+        );
         assert_eq!(channel.breaker_state(), CircuitState::Open);
         let status = tonic::Status::from_error(err);
         assert!(matches!(crate::rejection(&status), Some(Rejection::CircuitOpen { .. })), "{status:?}");
@@ -153,7 +172,10 @@ mod tests {
     #[test]
     fn invalid_settings_and_urls_are_typed_errors() {
         let bad = ClientSettings { timeout_ms: 0, ..Default::default() };
-        assert!(matches!(channel("inventory", &bad), Err(ResilienceError::InvalidSetting { key: "timeout_ms", .. })));
+        assert!(matches!(
+            channel("inventory", &bad),
+            Err(ResilienceError::InvalidSetting { key: "timeout_ms", .. })
+        ));
         let bad = ClientSettings::with_url("not a url");
         assert!(matches!(channel("inventory", &bad), Err(ResilienceError::InvalidUrl { .. })));
     }

@@ -99,13 +99,19 @@ impl<B> tower::retry::Policy<http::Request<Bytes>, http::Response<B>, BoxError> 
         }
         let downstream = self.downstream;
         if !self.budget.withdraw() {
-            metrics::counter!("resilience_retry_budget_exhausted_total", "downstream" => downstream).increment(1);
+            metrics::counter!("resilience_retry_budget_exhausted_total", "downstream" => downstream)
+                .increment(1);
             tracing::debug!(downstream, "retry budget exhausted, not retrying");
             return None;
         }
         metrics::counter!("resilience_retries_total", "downstream" => downstream).increment(1);
         let delay = self.backoff.delay(self.attempts - 1, &mut rand::rng());
-        tracing::debug!(downstream, attempt = self.attempts + 1, delay_ms = delay.as_millis() as u64, "retrying");
+        tracing::debug!(
+            downstream,
+            attempt = self.attempts + 1,
+            delay_ms = delay.as_millis() as u64,
+            "retrying"
+        );
         Some(Box::pin(tokio::time::sleep(delay)))
     }
 
@@ -121,9 +127,9 @@ mod tests {
     use crate::testing::{Svc, TestFuture, grpc_response, path};
     use std::sync::Mutex;
     use tokio::time::Instant;
+    use tower::Layer;
     use tower::ServiceExt;
     use tower::retry::RetryLayer;
-    use tower::Layer;
 
     const UNAVAILABLE: i32 = 14;
 
@@ -177,7 +183,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn business_codes_are_not_retried() {
         let policy = RetryPolicy::new("inventory", &settings(3));
-        for code in [tonic::Code::FailedPrecondition, tonic::Code::InvalidArgument, tonic::Code::NotFound, tonic::Code::Aborted] {
+        for code in [
+            tonic::Code::FailedPrecondition,
+            tonic::Code::InvalidArgument,
+            tonic::Code::NotFound,
+            tonic::Code::Aborted,
+        ] {
             let (got, attempts) = call(&policy, vec![code as i32, 0]).await;
             assert_eq!(got, Some(code));
             assert_eq!(attempts.len(), 1, "{code:?} must not be retried");
@@ -190,7 +201,12 @@ mod tests {
             (Box::new(Rejection::Timeout.to_status("inventory")), 3),
             (Box::new(std::io::Error::other("connection refused")), 3),
             (Box::new(Rejection::BulkheadFull.to_status("inventory")), 1),
-            (Box::new(Rejection::CircuitOpen { retry_after: Duration::from_secs(1) }.to_status("inventory")), 1),
+            (
+                Box::new(
+                    Rejection::CircuitOpen { retry_after: Duration::from_secs(1) }.to_status("inventory"),
+                ),
+                1,
+            ),
         ];
         for (err, expected) in outcomes {
             let label = err.to_string();
@@ -203,9 +219,12 @@ mod tests {
                 let first = e.lock().unwrap().take();
                 let again: BoxError = match first {
                     Some(err) => {
-                        let status = err.downcast_ref::<tonic::Status>().map(|s| (s.code(), s.metadata().clone()));
+                        let status =
+                            err.downcast_ref::<tonic::Status>().map(|s| (s.code(), s.metadata().clone()));
                         *e.lock().unwrap() = Some(match &status {
-                            Some((code, md)) => Box::new(tonic::Status::with_metadata(*code, "again", md.clone())),
+                            Some((code, md)) => {
+                                Box::new(tonic::Status::with_metadata(*code, "again", md.clone()))
+                            }
                             None => Box::new(std::io::Error::other("again")),
                         });
                         err
@@ -255,7 +274,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_budget_stops_retries_once_exhausted_and_refills_over_time() {
         // No ratio: only the floor of 2 retries per 1 s window is available.
-        let s = RetrySettings { budget_ttl_ms: 1_000, budget_min_per_sec: 2, budget_ratio: 0.0, ..settings(2) };
+        let s =
+            RetrySettings { budget_ttl_ms: 1_000, budget_min_per_sec: 2, budget_ratio: 0.0, ..settings(2) };
         let policy = RetryPolicy::new("inventory", &s);
         let mut attempts = Vec::new();
         for _ in 0..4 {

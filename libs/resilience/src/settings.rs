@@ -231,7 +231,8 @@ mod tests {
 
     #[test]
     fn partial_toml_keeps_defaults() {
-        let s: ClientSettings = serde_json::from_str(r#"{"url":"http://x:1","retry":{"max_attempts":5}}"#).unwrap();
+        let s: ClientSettings =
+            serde_json::from_str(r#"{"url":"http://x:1","retry":{"max_attempts":5}}"#).unwrap();
         assert_eq!(s.retry.max_attempts, 5);
         assert_eq!(s.retry.base_backoff_ms, 50);
         assert_eq!(s.breaker, BreakerSettings::default());

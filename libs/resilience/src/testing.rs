@@ -9,7 +9,10 @@ pub(crate) type TestFuture = BoxFuture<'static, Result<http::Response<()>, BoxEr
 
 /// What a test's inner service looks like.
 pub(crate) trait Svc<B>:
-    tower::Service<Request<B>, Response = http::Response<()>, Error = BoxError, Future = TestFuture> + Clone + Send + 'static
+    tower::Service<Request<B>, Response = http::Response<()>, Error = BoxError, Future = TestFuture>
+    + Clone
+    + Send
+    + 'static
 {
 }
 impl<B, T> Svc<B> for T where

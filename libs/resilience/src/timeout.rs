@@ -5,8 +5,12 @@
 //! shorter deadline the caller already set (tonic's `Request::set_timeout` writes
 //! `grpc-timeout`) is kept. The layer sits below the retry, so each attempt gets the
 //! full budget, and below the breaker, so an expired attempt is recorded as a failure.
-//! Expiry fails the attempt with `DEADLINE_EXCEEDED` marked `timeout`.
+//! Expiry fails the attempt with `DEADLINE_EXCEEDED` marked `timeout`. tonic's own
+//! `Channel` and server also enforce the `grpc-timeout` we send and can win the race at
+//! the deadline (`TimeoutExpired` from the channel, `CANCELLED` from a tonic server);
+//! those answers are turned into the same marked timeout, so callers see one outcome.
 
+use crate::outcome::Outcome;
 use crate::rejection::{Rejection, reject};
 use crate::{BoxError, ClientSettings};
 use futures::future::BoxFuture;
@@ -14,6 +18,8 @@ use http::{HeaderValue, Request};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::time::Instant;
+use tonic::Code;
 
 const GRPC_TIMEOUT: &str = "grpc-timeout";
 
@@ -63,14 +69,41 @@ where
         }
         req.headers_mut().insert(GRPC_TIMEOUT, encode_grpc_timeout(timeout));
         let downstream = self.layer.downstream;
+        let started = Instant::now();
         let fut = self.inner.call(req);
         Box::pin(async move {
             match tokio::time::timeout(timeout, fut).await {
+                Ok(Err(err)) if is_timeout_expired(err.as_ref()) => {
+                    Err(reject(downstream, Rejection::Timeout))
+                }
+                Ok(result) if started.elapsed() >= timeout && server_deadline_expired(&result) => {
+                    Err(reject(downstream, Rejection::Timeout))
+                }
                 Ok(result) => result,
                 Err(_) => Err(reject(downstream, Rejection::Timeout)),
             }
         })
     }
+}
+
+/// tonic's `Channel` enforces the `grpc-timeout` we set with its own timer, which fires
+/// at the same instant as ours and reports `tonic::TimeoutExpired`.
+fn is_timeout_expired(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if e.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// The server's own deadline (from our `grpc-timeout`) fired: it started later than ours,
+/// so its answer arrives just after our timer and wins the race. tonic servers answer
+/// `CANCELLED` then (the spec says `DEADLINE_EXCEEDED`); either way it is our timeout.
+fn server_deadline_expired<B>(result: &Result<http::Response<B>, BoxError>) -> bool {
+    matches!(Outcome::of(result), Outcome::Code(Code::Cancelled | Code::DeadlineExceeded))
 }
 
 /// `grpc-timeout` value in milliseconds (the spec allows at most 8 digits).
@@ -126,7 +159,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn fires_after_the_default_timeout_with_a_marked_deadline_exceeded() {
-        let svc = layer(ClientSettings { timeout_ms: 100, ..Default::default() }).layer(slow(Duration::from_millis(150)));
+        let svc = layer(ClientSettings { timeout_ms: 100, ..Default::default() })
+            .layer(slow(Duration::from_millis(150)));
         let started = tokio::time::Instant::now();
         let err = svc.oneshot(path("GetStock")).await.unwrap_err();
         assert_eq!(started.elapsed(), Duration::from_millis(100));
@@ -147,12 +181,44 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_shorter_caller_deadline_is_kept() {
-        let svc = layer(ClientSettings { timeout_ms: 1_000, ..Default::default() }).layer(slow(Duration::from_millis(150)));
+        let svc = layer(ClientSettings { timeout_ms: 1_000, ..Default::default() })
+            .layer(slow(Duration::from_millis(150)));
         let mut req = path("GetStock");
         req.headers_mut().insert(GRPC_TIMEOUT, HeaderValue::from_static("50m"));
         let started = tokio::time::Instant::now();
         assert!(svc.oneshot(req).await.is_err());
         assert_eq!(started.elapsed(), Duration::from_millis(50));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_servers_deadline_answer_at_our_deadline_counts_as_our_timeout() {
+        let answer_after = |delay: Duration| {
+            tower::service_fn(move |_req: Request<()>| -> TestFuture {
+                Box::pin(async move {
+                    tokio::time::sleep(delay).await;
+                    Ok(grpc_response(Code::Cancelled as i32))
+                })
+            })
+        };
+        let settings = || ClientSettings { timeout_ms: 100, ..Default::default() };
+        let late = layer(settings()).layer(answer_after(Duration::from_millis(100)));
+        let err = late.oneshot(path("GetStock")).await.unwrap_err();
+        let status = err.downcast::<tonic::Status>().unwrap();
+        assert_eq!(crate::rejection(&status), Some(Rejection::Timeout));
+
+        let early = layer(settings()).layer(answer_after(Duration::from_millis(10)));
+        let resp = early.oneshot(path("GetStock")).await.unwrap();
+        assert_eq!(resp.headers()["grpc-status"], "1", "a CANCELLED before the deadline is passed on");
+    }
+
+    #[tokio::test]
+    async fn the_channels_own_deadline_error_becomes_our_timeout() {
+        let inner = tower::service_fn(|_req: Request<()>| -> TestFuture {
+            Box::pin(async { Err(Box::new(tonic::TimeoutExpired(())) as BoxError) })
+        });
+        let err = layer(ClientSettings::default()).layer(inner).oneshot(path("GetStock")).await.unwrap_err();
+        let status = err.downcast::<tonic::Status>().unwrap();
+        assert_eq!(crate::rejection(&status), Some(Rejection::Timeout));
     }
 
     #[test]

@@ -1,0 +1,197 @@
+//! The stack against a real tonic server over real TCP: retries, timeouts, and the
+//! breaker opening on a dead server and closing again once it is back.
+
+use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
+use sagaworks_proto::inventory::v1::inventory_service_server::{InventoryService, InventoryServiceServer};
+use sagaworks_proto::inventory::v1::*;
+use sagaworks_resilience::{
+    BreakerSettings, CircuitState, ClientSettings, Rejection, ResilientChannel, RetrySettings, channel,
+    rejection,
+};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tonic::{Request, Response, Status};
+
+/// `GetStock` fails the first `fail_first` calls with `UNAVAILABLE`, answers `NOT_FOUND`
+/// for product `missing`, sleeps 500 ms for product `slow`; everything else is unimplemented.
+struct FakeInventory {
+    calls: Arc<AtomicUsize>,
+    fail_first: usize,
+}
+
+#[tonic::async_trait]
+impl InventoryService for FakeInventory {
+    async fn create_product(&self, _: Request<CreateProductRequest>) -> Result<Response<Product>, Status> {
+        Err(Status::unimplemented("test server"))
+    }
+    async fn add_stock(&self, _: Request<AddStockRequest>) -> Result<Response<Product>, Status> {
+        Err(Status::unimplemented("test server"))
+    }
+    async fn get_stock(&self, req: Request<GetStockRequest>) -> Result<Response<Product>, Status> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if n < self.fail_first {
+            return Err(Status::unavailable("warming up"));
+        }
+        let id = req.into_inner().product_id;
+        match id.as_str() {
+            "missing" => Err(Status::not_found("no such product")),
+            "slow" => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                Ok(Response::new(Product { id, ..Default::default() }))
+            }
+            _ => Ok(Response::new(Product { id, ..Default::default() })),
+        }
+    }
+    async fn list_products(
+        &self,
+        _: Request<ListProductsRequest>,
+    ) -> Result<Response<ListProductsResponse>, Status> {
+        Err(Status::unimplemented("test server"))
+    }
+    async fn reserve_stock(&self, _: Request<ReserveStockRequest>) -> Result<Response<Reservation>, Status> {
+        Err(Status::unimplemented("test server"))
+    }
+    async fn release_reservation(
+        &self,
+        _: Request<ReleaseReservationRequest>,
+    ) -> Result<Response<Reservation>, Status> {
+        Err(Status::unimplemented("test server"))
+    }
+}
+
+/// A running server; stops when dropped.
+struct Server {
+    calls: Arc<AtomicUsize>,
+    _stop: oneshot::Sender<()>,
+}
+
+async fn serve(listener: TcpListener, fail_first: usize) -> Server {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let svc = InventoryServiceServer::new(FakeInventory { calls: Arc::clone(&calls), fail_first });
+    tokio::spawn(tonic::transport::Server::builder().add_service(svc).serve_with_incoming_shutdown(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    Server { calls, _stop: stop }
+}
+
+async fn listener() -> (TcpListener, SocketAddr) {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    (l, addr)
+}
+
+fn settings(addr: SocketAddr) -> ClientSettings {
+    ClientSettings {
+        url: format!("http://{addr}"),
+        timeout_ms: 1_000,
+        connect_timeout_ms: 200,
+        retry: RetrySettings {
+            max_attempts: 3,
+            base_backoff_ms: 10,
+            max_backoff_ms: 50,
+            ..Default::default()
+        },
+        breaker: BreakerSettings {
+            sliding_window_size: 4,
+            minimum_calls: 4,
+            wait_duration_open_ms: 500,
+            permitted_calls_half_open: 2,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+async fn get(channel: &ResilientChannel, product: &str) -> Result<Product, Status> {
+    let mut client = InventoryServiceClient::new(channel.clone());
+    client.get_stock(GetStockRequest { product_id: product.into() }).await.map(Response::into_inner)
+}
+
+#[tokio::test]
+async fn unavailable_is_retried_until_the_server_answers() {
+    let (l, addr) = listener().await;
+    let server = serve(l, 2).await;
+    let channel = channel("inventory", &settings(addr)).unwrap();
+    let product = get(&channel, "p1").await.expect("third attempt succeeds");
+    assert_eq!(product.id, "p1");
+    assert_eq!(server.calls.load(Ordering::SeqCst), 3);
+    assert_eq!(channel.breaker_state(), CircuitState::Closed);
+}
+
+#[tokio::test]
+async fn a_business_error_comes_back_once_and_unmarked() {
+    let (l, addr) = listener().await;
+    let server = serve(l, 0).await;
+    let channel = channel("inventory", &settings(addr)).unwrap();
+    for _ in 0..6 {
+        let status = get(&channel, "missing").await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert_eq!(rejection(&status), None);
+    }
+    assert_eq!(server.calls.load(Ordering::SeqCst), 6, "never retried");
+    assert_eq!(channel.breaker_state(), CircuitState::Closed, "business errors don't trip it");
+}
+
+#[tokio::test]
+async fn a_slow_answer_is_cut_by_the_route_timeout() {
+    let (l, addr) = listener().await;
+    let server = serve(l, 0).await;
+    let mut s = settings(addr);
+    s.retry.max_attempts = 2;
+    s.routes.insert("GetStock".into(), 100);
+    let channel = channel("inventory", &s).unwrap();
+    let started = Instant::now();
+    let status = get(&channel, "slow").await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+    assert_eq!(rejection(&status), Some(Rejection::Timeout));
+    assert_eq!(server.calls.load(Ordering::SeqCst), 2, "the timed-out attempt was retried once");
+    assert!(took >= Duration::from_millis(200) && took < Duration::from_millis(450), "took {took:?}");
+}
+
+#[tokio::test]
+async fn a_dead_server_opens_the_breaker_which_closes_via_half_open_when_it_is_back() {
+    // Reserve a port, then leave nothing listening on it.
+    let (l, addr) = listener().await;
+    drop(l);
+    let channel = channel("inventory", &settings(addr)).unwrap();
+
+    let mut calls = 0;
+    while channel.breaker_state() != CircuitState::Open {
+        let status = get(&channel, "p1").await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        calls += 1;
+        assert!(calls <= 4, "4 failed attempts must open it");
+    }
+
+    for _ in 0..5 {
+        let started = Instant::now();
+        let status = get(&channel, "p1").await.unwrap_err();
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(50), "open breaker answered after {took:?}");
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        match rejection(&status) {
+            Some(Rejection::CircuitOpen { retry_after }) => {
+                assert!(retry_after <= Duration::from_millis(500))
+            }
+            other => panic!("expected circuit_open, got {other:?} from {status:?}"),
+        }
+    }
+
+    let listener = TcpListener::bind(addr).await.expect("port still free");
+    let server = serve(listener, 0).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(get(&channel, "p1").await.expect("first probe").id, "p1");
+    assert_eq!(channel.breaker_state(), CircuitState::HalfOpen);
+    assert_eq!(get(&channel, "p2").await.expect("second probe").id, "p2");
+    assert_eq!(channel.breaker_state(), CircuitState::Closed);
+    assert_eq!(server.calls.load(Ordering::SeqCst), 2);
+}
