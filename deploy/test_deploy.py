@@ -9,7 +9,8 @@
 * the kafka-init script in docker-compose.yml is valid bash.
 
 Run from the repository root: `python3 deploy/test_deploy.py` (scripts/validate-deploy
-does). Needs docker-compose, kubectl, PyYAML and PostgreSQL's initdb/pg_ctl/psql.
+does). Needs docker-compose, kubectl (or $SW_KUSTOMIZE), PyYAML and PostgreSQL's
+initdb/pg_ctl/psql.
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ def render_compose() -> dict:
 
 
 def render_overlay(name: str) -> list[dict]:
+    # scripts/validate-deploy passes the kustomize it found (`kubectl kustomize` or `kustomize build`).
+    kustomize = os.environ.get("SW_KUSTOMIZE", "kubectl kustomize").split()
     out = subprocess.run(
-        ["kubectl", "kustomize", str(ROOT / "k8s" / "overlays" / name)],
+        [*kustomize, str(ROOT / "k8s" / "overlays" / name)],
         check=True, capture_output=True, text=True,
     ).stdout
     return [d for d in yaml.safe_load_all(out) if d]
