@@ -1,16 +1,87 @@
-//! Transactional outbox, relay and idempotent consumer.
+//! Transactional outbox, relay to Kafka and idempotent consumer.
 //!
 //! * [`writer`]: [`OutboxWriter::write`] inserts a domain event into the
 //!   service's `outbox` table on the caller's transaction, so the event exists
 //!   if and only if the business change committed.
-//! * relay and consumer: see issue 4.
+//! * [`relay`]: [`Relay`] publishes committed rows to
+//!   `<topic_prefix>.<aggregate_type>` (key = aggregate id, CloudEvents
+//!   binary-mode headers), woken by `NOTIFY` with a polling fallback, and
+//!   purges published rows after the retention period.
+//! * [`consumer`]: [`Consumer`] feeds a [`Handler`] exactly once per event and
+//!   consumer group (inbox table), retries, and dead-letters to `<topic>.dlq`.
+//! * [`metrics`]: counters, gauges and the [`OutboxGauges`] scrape hook.
+//! * [`health`]: [`BrokerCheck`] for `/health/ready`.
+//! * [`kafka`]: topic names, header names, client config, topic creation.
 //!
 //! The tables come with the crate: run [`migrator`] next to the service's own
 //! migrations.
+//!
+//! # Wiring
+//!
+//! ```ignore
+//! sagaworks_runtime::db::migrate(&pool, &mut [order::migrator(), sagaworks_outbox::migrator()]).await?;
+//! tokio::spawn(Relay::new(pool.clone(), &settings.kafka, settings.outbox.clone())?.run(token.clone()));
+//! tokio::spawn(Consumer::new(pool.clone(), &settings.kafka, consumer_settings, handler)?.run(token.clone()));
+//! let ready = Readiness::new()
+//!     .with_check(BrokerCheck::new(&settings.kafka)?)
+//!     .with_gauges(OutboxGauges { pool: pool.clone(), service: "order".into() });
+//! ```
+//!
+//! # Guarantees
+//!
+//! * **No phantom, no lost events.** An event is in the outbox iff its
+//!   business transaction committed; the relay deletes nothing unpublished.
+//! * **At-least-once delivery.** A row is marked published only after the
+//!   broker acked it (`acks=all`, idempotent producer). A crash or a failed
+//!   commit between ack and mark publishes the row again: duplicates are
+//!   possible, losses are not.
+//! * **Effectively once handling.** The consumer records every event id in
+//!   `inbox` in the same transaction as the handler's writes, so a redelivered
+//!   event changes nothing. Effects outside that database (an HTTP call) must
+//!   be idempotent themselves, keyed by the event id.
+//! * **Per-aggregate order.** Events of one aggregate are published in commit
+//!   order even with several relays (the relay claims aggregate heads; see
+//!   [`relay`] for the argument and its one caveat), land in one partition
+//!   (key = aggregate id), and the consumer handles a partition in order. It
+//!   relies on writes of one aggregate being serialised (the business row
+//!   lock) and one aggregate id being written by one service. There is no
+//!   order across aggregates.
+//! * **Broker outage.** Rows stay in the outbox; the relay retries with
+//!   exponential backoff and jitter and publishes the backlog, in order, once
+//!   the broker is back.
+//! * **Permanent produce failure** (e.g. the broker rejects a message as too
+//!   large, or ACLs deny the topic): the row is retried forever with backoff,
+//!   blocking only that aggregate's later events (other aggregates flow), and
+//!   shows up in `outbox_publish_errors_total`, `outbox_backlog` and
+//!   `outbox_oldest_unpublished_age_seconds`: alert on the age. The writer's
+//!   [`MAX_PAYLOAD_BYTES`] check prevents the common case.
+//! * **Poison messages** go to `<topic>.dlq` with the error and the original
+//!   coordinates in headers; the partition keeps moving.
+//!
+//! # Throughput
+//!
+//! `cargo run --release -p sagaworks-outbox --example relay_bench -- --events 100000`
+//! (see `examples/relay_bench.rs`); figures are in the report of issue 4 and
+//! below.
+//!
+//! BENCHMARK_FIGURES
 
+mod backoff;
+mod error;
+
+pub mod consumer;
+pub mod health;
+pub mod kafka;
+pub mod metrics;
+pub mod relay;
 pub mod writer;
 
-pub use writer::{NewEvent, OutboxError, OutboxWriter, MAX_PAYLOAD_BYTES};
+pub use consumer::{Consumer, ConsumerSettings, EnvelopeError, Handler, HandlerError, ReceivedEvent};
+pub use error::OutboxError;
+pub use health::BrokerCheck;
+pub use metrics::OutboxGauges;
+pub use relay::{Relay, RelaySettings};
+pub use writer::{MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxWriter};
 
 /// Migrations for the `outbox` and `inbox` tables (share `_sqlx_migrations`
 /// with the service's own; see `sagaworks_runtime::db::migrate`).

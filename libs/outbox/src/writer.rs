@@ -1,5 +1,6 @@
 //! Writing events into the outbox, inside the business transaction.
 
+pub use crate::error::OutboxError;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
@@ -9,16 +10,6 @@ pub const MAX_PAYLOAD_BYTES: usize = 900 * 1024;
 
 /// The channel the writer NOTIFYs; the relay LISTENs on it.
 pub const NOTIFY_CHANNEL: &str = "sagaworks_outbox";
-
-#[derive(Debug, thiserror::Error)]
-pub enum OutboxError {
-    #[error("event {event_type} payload is {size} bytes, over the {max} byte limit")]
-    PayloadTooLarge { event_type: String, size: usize, max: usize },
-    #[error("event payload does not serialize: {0}")]
-    Serialize(#[from] serde_json::Error),
-    #[error("outbox write failed: {0}")]
-    Db(#[from] sqlx::Error),
-}
 
 /// A domain event about to be recorded.
 #[derive(Debug, Clone)]

@@ -1,0 +1,460 @@
+//! The idempotent consumer: Kafka -> inbox + handler, with retries and a DLQ.
+//!
+//! ```ignore
+//! let consumer = Consumer::new(pool.clone(), &settings.kafka, consumer_settings, MyHandler)?;
+//! tokio::spawn(consumer.run(token.clone()));
+//! ```
+//!
+//! Each message, one after the other (so a partition is handled in order):
+//!
+//! 1. The CloudEvents headers are parsed into a [`ReceivedEvent`]. A message
+//!    without a valid `ce_id` (a UUID) and `ce_type` is poison: dead-lettered.
+//! 2. In one database transaction: `INSERT INTO inbox ... ON CONFLICT DO
+//!    NOTHING`; if the event was already there this is a redelivery and
+//!    nothing else happens; otherwise the [`Handler`] runs on the same
+//!    transaction, which then commits. So the handler's database effects happen
+//!    exactly once per consumer group, however often Kafka delivers.
+//! 3. The message's offset is committed (`enable.auto.commit=false`).
+//!
+//! A [`HandlerError::Retryable`] (or a database error) is retried with
+//! exponential backoff and full jitter, up to `max_attempts` in all; then,
+//! like a [`HandlerError::Permanent`] at once, the message goes to
+//! `<topic>.dlq` with the `dlq_*` headers and the offset is committed, so the
+//! partition moves on. The DLQ send is awaited and retried until it is acked:
+//! an offset is never committed for a message that is neither handled nor
+//! dead-lettered. Keep the total retry time (`retry_max_ms` x attempts) well
+//! under `max_poll_interval_ms`, or the broker evicts the consumer from its
+//! group while it waits.
+
+use crate::backoff::Backoff;
+use crate::kafka::{self, TopicSettings, headers};
+use crate::metrics as m;
+use crate::OutboxError;
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
+use rdkafka::message::{Header, Headers, Message, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use sagaworks_config::KafkaSettings;
+use serde::{Deserialize, Serialize};
+use sqlx::{PgConnection, PgPool};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// Settings of one consumer group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ConsumerSettings {
+    /// Kafka group id, also the inbox's `consumer_group`.
+    pub group_id: String,
+    /// Aggregate types to read; each becomes `<topic_prefix>.<type>`.
+    pub topics: Vec<String>,
+    /// Handling attempts per message before it is dead-lettered.
+    pub max_attempts: u32,
+    pub retry_base_ms: u64,
+    pub retry_max_ms: u64,
+    pub session_timeout_ms: u64,
+    pub max_poll_interval_ms: u64,
+    /// Where a new group starts: `earliest` or `latest`.
+    pub auto_offset_reset: String,
+    /// How often `consumer_lag` is refreshed.
+    pub lag_interval_ms: u64,
+    /// Used when the consumer creates a missing topic (or its DLQ).
+    pub topic_settings: TopicSettings,
+}
+
+impl Default for ConsumerSettings {
+    fn default() -> Self {
+        Self {
+            group_id: String::new(),
+            topics: Vec::new(),
+            max_attempts: 5,
+            retry_base_ms: 100,
+            retry_max_ms: 2_000,
+            session_timeout_ms: 6_000,
+            max_poll_interval_ms: 10_000,
+            auto_offset_reset: "earliest".into(),
+            lag_interval_ms: 5_000,
+            topic_settings: TopicSettings::default(),
+        }
+    }
+}
+
+/// Why a handler did not handle an event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerError {
+    /// Worth another try (a dependency was down, a lock timed out).
+    #[error("retryable: {0}")]
+    Retryable(String),
+    /// Will never succeed (a poison message): dead-letter it at once.
+    #[error("permanent: {0}")]
+    Permanent(String),
+}
+
+/// Handles one event on the consumer's transaction (which already holds the
+/// inbox row): write with `tx`, don't commit it.
+pub trait Handler: Send + Sync + 'static {
+    fn handle<'a>(
+        &'a self,
+        tx: &'a mut PgConnection,
+        event: &'a ReceivedEvent,
+    ) -> BoxFuture<'a, Result<(), HandlerError>>;
+}
+
+/// An event as received from Kafka.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceivedEvent {
+    /// CloudEvents `id` (the outbox row id).
+    pub id: Uuid,
+    pub event_type: String,
+    pub source: String,
+    pub schema_version: i32,
+    pub aggregate_id: String,
+    pub time: Option<DateTime<Utc>>,
+    pub payload: Vec<u8>,
+    /// The raw W3C `traceparent` header, to link the handling span to the writer's trace.
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    /// Every header, in order (values that were null are empty).
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl ReceivedEvent {
+    /// The payload as JSON.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(&self.payload)
+    }
+
+    /// The first header called `name`.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_slice())
+    }
+
+    /// Reads the CloudEvents binary-mode envelope of `msg`.
+    pub fn from_message(msg: &OwnedMessage) -> Result<Self, EnvelopeError> {
+        let headers: Vec<(String, Vec<u8>)> = msg
+            .headers()
+            .map(|h| h.iter().map(|x| (x.key.to_string(), x.value.unwrap_or_default().to_vec())).collect())
+            .unwrap_or_default();
+        let text = |name: &str| -> Option<String> {
+            headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| std::str::from_utf8(v).ok())
+                .map(str::to_string)
+        };
+        let id = text(headers::CE_ID).ok_or(EnvelopeError::Missing(headers::CE_ID))?;
+        let id = Uuid::parse_str(&id).map_err(|_| EnvelopeError::Invalid(headers::CE_ID, id))?;
+        let event_type = text(headers::CE_TYPE)
+            .filter(|t| !t.is_empty())
+            .ok_or(EnvelopeError::Missing(headers::CE_TYPE))?;
+        let schema_version = match text(headers::CE_SCHEMAVERSION) {
+            None => 1,
+            Some(v) => v.parse().map_err(|_| EnvelopeError::Invalid(headers::CE_SCHEMAVERSION, v))?,
+        };
+        let time = match text(headers::CE_TIME) {
+            None => None,
+            Some(t) => Some(
+                DateTime::parse_from_rfc3339(&t)
+                    .map_err(|_| EnvelopeError::Invalid(headers::CE_TIME, t))?
+                    .with_timezone(&Utc),
+            ),
+        };
+        let aggregate_id = text(headers::CE_AGGREGATEID)
+            .or_else(|| msg.key().and_then(|k| std::str::from_utf8(k).ok()).map(str::to_string))
+            .unwrap_or_default();
+        Ok(Self {
+            id,
+            event_type,
+            source: text(headers::CE_SOURCE).unwrap_or_default(),
+            schema_version,
+            aggregate_id,
+            time,
+            payload: msg.payload().unwrap_or_default().to_vec(),
+            traceparent: text(headers::TRACEPARENT),
+            tracestate: text(headers::TRACESTATE),
+            topic: msg.topic().to_string(),
+            partition: msg.partition(),
+            offset: msg.offset(),
+            headers,
+        })
+    }
+}
+
+/// Why a message is not a CloudEvent (it is dead-lettered).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    #[error("header {0} is missing")]
+    Missing(&'static str),
+    #[error("header {0} is invalid: {1:?}")]
+    Invalid(&'static str, String),
+}
+
+/// How a message ended.
+enum Outcome {
+    Processed,
+    Duplicate,
+    DeadLettered,
+}
+
+impl Outcome {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Processed => "processed",
+            Self::Duplicate => "duplicate",
+            Self::DeadLettered => "dead_lettered",
+        }
+    }
+}
+
+/// Shutdown arrived before the message was finished; its offset stays uncommitted.
+struct Interrupted;
+
+/// Consumes one group's topics into a [`Handler`] (see the module docs).
+pub struct Consumer<H> {
+    pool: PgPool,
+    kafka: KafkaSettings,
+    settings: ConsumerSettings,
+    handler: H,
+    consumer: Arc<StreamConsumer>,
+    dlq: FutureProducer,
+}
+
+impl<H: Handler> Consumer<H> {
+    /// Builds the Kafka clients; connects nothing yet.
+    pub fn new(
+        pool: PgPool,
+        kafka: &KafkaSettings,
+        settings: ConsumerSettings,
+        handler: H,
+    ) -> Result<Self, OutboxError> {
+        let session = settings.session_timeout_ms.to_string();
+        let poll = settings.max_poll_interval_ms.to_string();
+        let mut config = kafka::client_config(
+            kafka,
+            &[("auto.offset.reset", &settings.auto_offset_reset), ("session.timeout.ms", &session)],
+        );
+        // What the processing guarantees rely on: not overridable.
+        config
+            .set("group.id", &settings.group_id)
+            .set("max.poll.interval.ms", &poll)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false");
+        let consumer: StreamConsumer = config.create()?;
+        let dlq: FutureProducer = kafka::client_config(kafka, &[("acks", "all"), ("enable.idempotence", "true")])
+            .create()?;
+        Ok(Self { pool, kafka: kafka.clone(), settings, handler, consumer: Arc::new(consumer), dlq })
+    }
+
+    fn topics(&self) -> Vec<String> {
+        self.settings.topics.iter().map(|t| kafka::topic_name(&self.kafka, t)).collect()
+    }
+
+    /// Consumes until `shutdown` is cancelled; the message in hand is finished
+    /// first unless it is waiting for a retry (then it is redelivered later).
+    pub async fn run(self, shutdown: CancellationToken) {
+        let topics = self.topics();
+        let mut all = topics.clone();
+        all.extend(topics.iter().map(|t| kafka::dlq_topic(t)));
+        let mut backoff = Backoff::new(self.settings.retry_base_ms, self.settings.retry_max_ms.max(1_000));
+        while let Err(e) = kafka::ensure_topics(&self.kafka, &all, self.settings.topic_settings).await {
+            let delay = backoff.next_delay();
+            tracing::warn!(error = %e, retry_in = ?delay, "cannot create the consumer's topics");
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        if let Err(e) = self.consumer.subscribe(&names) {
+            tracing::error!(error = %e, "cannot subscribe; consumer not started");
+            return;
+        }
+        let mut lag_tick = tokio::time::interval(Duration::from_millis(self.settings.lag_interval_ms.max(100)));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = lag_tick.tick() => self.report_lag(),
+                received = self.consumer.recv() => match received {
+                    Ok(msg) => {
+                        let msg = msg.detach();
+                        if self.process(&msg, &shutdown).await.is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, group = %self.settings.group_id, "kafka consume error");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+            }
+        }
+        tracing::info!(group = %self.settings.group_id, "consumer stopped");
+    }
+
+    async fn process(&self, msg: &OwnedMessage, shutdown: &CancellationToken) -> Result<(), Interrupted> {
+        let group = &self.settings.group_id;
+        let outcome = match ReceivedEvent::from_message(msg) {
+            Err(e) => {
+                tracing::warn!(error = %e, topic = msg.topic(), offset = msg.offset(), "poison message");
+                self.dead_letter(msg, &e.to_string(), 1, shutdown).await?
+            }
+            Ok(event) => self.handle_with_retries(msg, &event, shutdown).await?,
+        };
+        let topic = msg.topic().to_string();
+        metrics::counter!(m::CONSUMER_PROCESSED_TOTAL, "group" => group.clone(), "topic" => topic,
+            "outcome" => outcome.label())
+        .increment(1);
+        let mut tpl = TopicPartitionList::new();
+        let committed = tpl
+            .add_partition_offset(msg.topic(), msg.partition(), Offset::Offset(msg.offset() + 1))
+            .and_then(|()| self.consumer.commit(&tpl, CommitMode::Async));
+        if let Err(e) = committed {
+            // The message is redelivered later, which the inbox makes harmless.
+            tracing::warn!(error = %e, "offset commit failed");
+        }
+        Ok(())
+    }
+
+    async fn handle_with_retries(
+        &self,
+        msg: &OwnedMessage,
+        event: &ReceivedEvent,
+        shutdown: &CancellationToken,
+    ) -> Result<Outcome, Interrupted> {
+        let mut backoff = Backoff::new(self.settings.retry_base_ms, self.settings.retry_max_ms);
+        let max = self.settings.max_attempts.max(1);
+        let mut attempt = 1;
+        loop {
+            let error = match self.handle_once(event).await {
+                Ok(outcome) => return Ok(outcome),
+                Err(HandlerError::Permanent(e)) => {
+                    metrics::counter!(m::CONSUMER_ERRORS_TOTAL, "group" => self.settings.group_id.clone(),
+                        "topic" => event.topic.clone())
+                    .increment(1);
+                    tracing::warn!(error = %e, event_id = %event.id, "permanent handler error");
+                    return self.dead_letter(msg, &e, attempt, shutdown).await;
+                }
+                Err(HandlerError::Retryable(e)) => e,
+            };
+            metrics::counter!(m::CONSUMER_ERRORS_TOTAL, "group" => self.settings.group_id.clone(),
+                "topic" => event.topic.clone())
+            .increment(1);
+            if attempt >= max {
+                tracing::warn!(error = %error, event_id = %event.id, attempt, "giving up on event");
+                return self.dead_letter(msg, &error, attempt, shutdown).await;
+            }
+            let delay = backoff.next_delay();
+            tracing::info!(error = %error, event_id = %event.id, attempt, retry_in = ?delay, "retrying event");
+            tokio::select! {
+                _ = shutdown.cancelled() => return Err(Interrupted),
+                _ = tokio::time::sleep(delay) => {}
+            }
+            attempt += 1;
+        }
+    }
+
+    /// Inbox row + handler in one transaction.
+    async fn handle_once(&self, event: &ReceivedEvent) -> Result<Outcome, HandlerError> {
+        let db = |e: sqlx::Error| HandlerError::Retryable(format!("database: {e}"));
+        let mut tx = self.pool.begin().await.map_err(db)?;
+        let inserted = sqlx::query(
+            "INSERT INTO inbox (consumer_group, event_id, event_type, topic, kafka_partition, kafka_offset)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        )
+        .bind(&self.settings.group_id)
+        .bind(event.id)
+        .bind(&event.event_type)
+        .bind(&event.topic)
+        .bind(event.partition)
+        .bind(event.offset)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?
+        .rows_affected();
+        if inserted == 0 {
+            tx.rollback().await.map_err(db)?;
+            return Ok(Outcome::Duplicate);
+        }
+        self.handler.handle(&mut tx, event).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(Outcome::Processed)
+    }
+
+    /// Sends `msg` to `<topic>.dlq` and waits for the ack, retrying until it
+    /// is acked or shutdown arrives.
+    async fn dead_letter(
+        &self,
+        msg: &OwnedMessage,
+        error: &str,
+        attempts: u32,
+        shutdown: &CancellationToken,
+    ) -> Result<Outcome, Interrupted> {
+        let topic = kafka::dlq_topic(msg.topic());
+        let attempts = attempts.to_string();
+        let partition = msg.partition().to_string();
+        let offset = msg.offset().to_string();
+        let mut backoff = Backoff::new(self.settings.retry_base_ms, self.settings.retry_max_ms.max(1_000));
+        loop {
+            let mut h = msg.headers().cloned().unwrap_or_default();
+            for (key, value) in [
+                (headers::DLQ_ERROR, error),
+                (headers::DLQ_ATTEMPTS, attempts.as_str()),
+                (headers::DLQ_ORIGINAL_TOPIC, msg.topic()),
+                (headers::DLQ_ORIGINAL_PARTITION, partition.as_str()),
+                (headers::DLQ_ORIGINAL_OFFSET, offset.as_str()),
+            ] {
+                h = h.insert(Header { key, value: Some(value) });
+            }
+            let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic).headers(h);
+            if let Some(k) = msg.key() {
+                record = record.key(k);
+            }
+            if let Some(p) = msg.payload() {
+                record = record.payload(p);
+            }
+            match self.dlq.send(record, Duration::from_secs(5)).await {
+                Ok(_) => break,
+                Err((e, _)) => {
+                    let delay = backoff.next_delay();
+                    tracing::error!(error = %e, dlq = %topic, retry_in = ?delay, "dead-letter send failed");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Err(Interrupted),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+        metrics::counter!(m::CONSUMER_DLQ_TOTAL, "group" => self.settings.group_id.clone(),
+            "topic" => msg.topic().to_string())
+        .increment(1);
+        Ok(Outcome::DeadLettered)
+    }
+
+    /// Sets `consumer_lag` per assigned partition (on a blocking thread:
+    /// `fetch_watermarks` waits for the broker).
+    fn report_lag(&self) {
+        let consumer = Arc::clone(&self.consumer);
+        let group = self.settings.group_id.clone();
+        tokio::task::spawn_blocking(move || {
+            let Ok(positions) = consumer.position() else { return };
+            for p in positions.elements() {
+                let Offset::Offset(position) = p.offset() else { continue };
+                match consumer.fetch_watermarks(p.topic(), p.partition(), Duration::from_secs(1)) {
+                    Ok((_, high)) => {
+                        metrics::gauge!(m::CONSUMER_LAG, "group" => group.clone(),
+                            "topic" => p.topic().to_string(), "partition" => p.partition().to_string())
+                        .set((high - position).max(0) as f64);
+                    }
+                    Err(e) => tracing::debug!(error = %e, "cannot fetch watermarks"),
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,16 @@
+//! The crate's one error type.
+
+/// Everything the outbox writer, relay and consumer can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum OutboxError {
+    #[error("event {event_type} payload is {size} bytes, over the {max} byte limit")]
+    PayloadTooLarge { event_type: String, size: usize, max: usize },
+    #[error("event payload does not serialize: {0}")]
+    Serialize(#[from] serde_json::Error),
+    #[error("outbox database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("kafka client error: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    #[error("cannot create topic {topic}: {reason}")]
+    CreateTopic { topic: String, reason: String },
+}

@@ -1,0 +1,467 @@
+//! The relay: publishes committed outbox rows to Kafka, in order per aggregate.
+//!
+//! ```ignore
+//! tokio::spawn(Relay::new(pool.clone(), &settings.kafka, settings.outbox.clone())?.run(token.clone()));
+//! ```
+//!
+//! # One batch
+//!
+//! In one READ COMMITTED transaction the relay
+//!
+//! 1. claims *aggregate heads*: rows that are the oldest unpublished row of
+//!    their aggregate, `ORDER BY seq LIMIT batch_size FOR UPDATE SKIP LOCKED`;
+//! 2. reads the unpublished rows of the claimed aggregates in `seq` order
+//!    (at most `2 * batch_size`);
+//! 3. enqueues them all on an idempotent producer (`enable.idempotence`,
+//!    `acks=all`) in that order and awaits every ack; librdkafka keeps the
+//!    order within a partition, and one aggregate is one key, so one partition;
+//! 4. marks published, per aggregate, exactly the prefix up to the first
+//!    event that was not acked, and commits.
+//!
+//! # Why several relays cannot reorder an aggregate
+//!
+//! The writer's business row lock serialises the transactions that write one
+//! aggregate, so per aggregate `seq` order is commit order and the unpublished
+//! rows of an aggregate are always a suffix of its history. A relay only ever
+//! publishes an aggregate while it holds the lock on that aggregate's head row.
+//! Another relay either sees that head (skips it: locked; and every later row
+//! of the aggregate fails `NOT EXISTS`, because the head is older and still
+//! unpublished in its snapshot), or its statement started after the first
+//! relay committed, when the published prefix is visible as published and the
+//! new head is the first row the first relay did not send. If the second
+//! relay's snapshot predates the commit but it reaches the head row after it,
+//! PostgreSQL re-checks the locked row's new version (`published_at IS NULL`
+//! is now false) and drops it, while the later rows still fail `NOT EXISTS`
+//! against the old snapshot. So at most one relay sends a given aggregate at a
+//! time, and always starting at its oldest unpublished event. Rows committed
+//! between steps 1 and 2 are later than the head (seq = commit order), so
+//! reading them in step 2 keeps the prefix contiguous.
+//!
+//! # Failures
+//!
+//! Nothing is dropped: rows whose ack failed stay unpublished and are sent
+//! again after an exponential backoff with full jitter (capped at
+//! `backoff_max_ms`), as are rows of a batch whose commit failed (a duplicate
+//! on the topic: delivery is at-least-once). Topics are (re)created before
+//! retrying, and the producer is replaced after a batch with failed sends.
+//!
+//! One narrow reordering remains possible: if librdkafka times out event `n`
+//! of an aggregate (`message_timeout_ms`) but a later event `n+1` is still
+//! acked, `n+1` is not marked (only the acked prefix is) and the next batch
+//! sends `n, n+1` again, so the topic holds `n+1, n, n+1`. A consumer with the
+//! inbox then handles `n+1` before `n`. Keep `message_timeout_ms` well above
+//! broker fail-over times to make this practically impossible.
+
+use crate::backoff::Backoff;
+use crate::kafka::{self, TopicSettings, headers};
+use crate::metrics as m;
+use crate::{NOTIFY_CHANNEL, OutboxError};
+use chrono::{DateTime, SecondsFormat, Utc};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use sagaworks_config::KafkaSettings;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// How often published rows older than the retention period are deleted.
+const PURGE_EVERY: Duration = Duration::from_secs(60);
+/// Rows deleted per purge statement (keeps each delete short).
+const PURGE_CHUNK: i64 = 10_000;
+
+/// The `[outbox]` section of a service's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RelaySettings {
+    /// Run the relay in this process.
+    pub enabled: bool,
+    /// The `service` label of the relay's metrics, e.g. `order`.
+    pub service: String,
+    /// Fallback polling when no NOTIFY arrives.
+    pub poll_interval_ms: u64,
+    /// Aggregate heads claimed per batch.
+    pub batch_size: i64,
+    /// Published rows older than this are deleted.
+    pub retention_hours: i64,
+    /// First retry delay after a failed batch.
+    pub backoff_base_ms: u64,
+    /// Cap of the retry delay.
+    pub backoff_max_ms: u64,
+    /// librdkafka `message.timeout.ms`: how long one send may take, retries included.
+    pub message_timeout_ms: u64,
+    /// librdkafka `linger.ms`.
+    pub linger_ms: u64,
+    /// Used when the relay creates a missing topic.
+    pub topics: TopicSettings,
+}
+
+impl Default for RelaySettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            service: "unknown".into(),
+            poll_interval_ms: 1_000,
+            batch_size: 500,
+            retention_hours: 24,
+            backoff_base_ms: 100,
+            backoff_max_ms: 30_000,
+            message_timeout_ms: 30_000,
+            linger_ms: 5,
+            topics: TopicSettings::default(),
+        }
+    }
+}
+
+/// One outbox row on its way to Kafka.
+#[derive(Debug, sqlx::FromRow)]
+struct Row {
+    seq: i64,
+    id: uuid::Uuid,
+    aggregate_type: String,
+    aggregate_id: String,
+    event_type: String,
+    schema_version: i32,
+    source: String,
+    content_type: String,
+    payload: Vec<u8>,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+    created_at: DateTime<Utc>,
+}
+
+/// What one batch did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct BatchOutcome {
+    /// The batch hit a limit: there is probably more to send right away.
+    full: bool,
+    published: usize,
+    failed: usize,
+}
+
+/// Publishes the outbox to Kafka until cancelled (see the module docs).
+pub struct Relay {
+    pool: PgPool,
+    kafka: KafkaSettings,
+    settings: RelaySettings,
+    producer: FutureProducer,
+    /// Topics known to exist; cleared after a failed send.
+    ensured: HashSet<String>,
+}
+
+impl Relay {
+    /// Builds the producer; connects nothing yet (the relay starts, and retries,
+    /// while the broker or the database is down).
+    pub fn new(pool: PgPool, kafka: &KafkaSettings, settings: RelaySettings) -> Result<Self, OutboxError> {
+        let producer = producer(kafka, &settings)?;
+        Ok(Self { pool, kafka: kafka.clone(), settings, producer, ensured: HashSet::new() })
+    }
+
+    /// Relays until `shutdown` is cancelled, then returns after finishing the
+    /// batch in hand. Returns at once when `enabled` is false.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        if !self.settings.enabled {
+            tracing::info!("outbox relay disabled");
+            return;
+        }
+        let poll = Duration::from_millis(self.settings.poll_interval_ms.max(1));
+        let mut backoff = Backoff::new(self.settings.backoff_base_ms, self.settings.backoff_max_ms);
+        let mut listener: Option<PgListener> = None;
+        let mut last_purge: Option<Instant> = None;
+        while !shutdown.is_cancelled() {
+            if listener.is_none() {
+                listener = listen(&self.pool).await;
+            }
+            if last_purge.is_none_or(|t| t.elapsed() >= PURGE_EVERY) {
+                match purge(&self.pool, self.settings.retention_hours).await {
+                    Ok(n) if n > 0 => tracing::info!(rows = n, "purged published outbox rows"),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "outbox purge failed"),
+                }
+                last_purge = Some(Instant::now());
+            }
+            let outcome = self.publish_batch().await;
+            if let Err(e) = m::refresh_outbox_gauges(&self.pool, &self.settings.service).await {
+                tracing::debug!(error = %e, "cannot refresh outbox gauges");
+            }
+            let wait = match outcome {
+                Ok(o) if o.failed == 0 => {
+                    backoff.reset();
+                    if o.full {
+                        continue;
+                    }
+                    poll
+                }
+                Ok(o) => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!(failed = o.failed, published = o.published, retry_in = ?delay,
+                        "some outbox events were not acked; they stay unpublished and are retried");
+                    self.after_send_failure();
+                    delay
+                }
+                Err(e) => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!(error = %e, retry_in = ?delay, "outbox relay batch failed");
+                    m_error(&self.settings.service, 1);
+                    self.ensured.clear();
+                    delay
+                }
+            };
+            // While backing off, a NOTIFY must not cut the delay short.
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tokio::time::sleep(wait) => {}
+                n = recv(&mut listener), if backoff.is_reset() => {
+                    if n.is_err() {
+                        listener = None;
+                    }
+                }
+            }
+        }
+        tracing::info!("outbox relay stopped");
+    }
+
+    /// Re-checks topics and replaces the producer. Every delivery of the batch
+    /// has been reported by now, so the old producer holds none of our events
+    /// and cannot deliver one late, after the new producer's. A fresh producer
+    /// also recovers from idempotence state the broker lost (a broker restart
+    /// without persistent storage left librdkafka timing out for ever).
+    fn after_send_failure(&mut self) {
+        self.ensured.clear();
+        if let Some((code, reason)) = self.producer.client().fatal_error() {
+            tracing::error!(%code, %reason, "kafka producer failed fatally");
+        }
+        match producer(&self.kafka, &self.settings) {
+            Ok(p) => self.producer = p,
+            Err(e) => tracing::error!(error = %e, "cannot create a kafka producer; keeping the old one"),
+        }
+    }
+
+    async fn publish_batch(&mut self) -> Result<BatchOutcome, OutboxError> {
+        let limit = self.settings.batch_size.max(1);
+        let mut tx = self.pool.begin().await?;
+        let heads: Vec<String> = sqlx::query_scalar(
+            "SELECT o.aggregate_id FROM outbox o
+             WHERE o.published_at IS NULL
+               AND NOT EXISTS (SELECT 1 FROM outbox p
+                               WHERE p.aggregate_id = o.aggregate_id
+                                 AND p.published_at IS NULL AND p.seq < o.seq)
+             ORDER BY o.seq LIMIT $1
+             FOR UPDATE SKIP LOCKED",
+        )
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        if heads.is_empty() {
+            tx.commit().await?;
+            return Ok(BatchOutcome::default());
+        }
+        let rows_limit = limit.saturating_mul(2);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT seq, id, aggregate_type, aggregate_id, event_type, schema_version, source,
+                    content_type, payload, traceparent, tracestate, created_at
+             FROM outbox
+             WHERE published_at IS NULL AND aggregate_id = ANY($1)
+             ORDER BY seq LIMIT $2",
+        )
+        .bind(&heads)
+        .bind(rows_limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        self.ensure_topics(&rows).await?;
+
+        let acked = self.send_all(&rows).await;
+        // Per aggregate, the prefix up to the first event that was not acked.
+        let mut broken: HashSet<&str> = HashSet::new();
+        let mut done = Vec::with_capacity(rows.len());
+        for (row, ok) in rows.iter().zip(&acked) {
+            if *ok && !broken.contains(row.aggregate_id.as_str()) {
+                done.push(row.seq);
+            } else {
+                broken.insert(row.aggregate_id.as_str());
+            }
+        }
+        sqlx::query("UPDATE outbox SET published_at = now() WHERE seq = ANY($1)")
+            .bind(&done)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+
+        let failed = rows.len() - done.len();
+        let service = &self.settings.service;
+        metrics::counter!(m::OUTBOX_PUBLISHED_TOTAL, "service" => service.clone()).increment(done.len() as u64);
+        m_error(service, acked.iter().filter(|ok| !**ok).count() as u64);
+        Ok(BatchOutcome {
+            full: heads.len() as i64 == limit || rows.len() as i64 == rows_limit,
+            published: done.len(),
+            failed,
+        })
+    }
+
+    async fn ensure_topics(&mut self, rows: &[Row]) -> Result<(), OutboxError> {
+        let missing: Vec<String> = rows
+            .iter()
+            .map(|r| kafka::topic_name(&self.kafka, &r.aggregate_type))
+            .filter(|t| !self.ensured.contains(t))
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        kafka::ensure_topics(&self.kafka, &missing, self.settings.topics).await?;
+        self.ensured.extend(missing);
+        Ok(())
+    }
+
+    /// Enqueues every row in order and awaits the acks; `true` = acked. Once
+    /// one event of an aggregate cannot be enqueued, its later events are not
+    /// enqueued either.
+    async fn send_all(&self, rows: &[Row]) -> Vec<bool> {
+        let mut pending: Vec<Option<DeliveryFuture>> = Vec::with_capacity(rows.len());
+        let mut blocked: HashSet<&str> = HashSet::new();
+        let mut topics: HashMap<&str, String> = HashMap::new();
+        for row in rows {
+            if blocked.contains(row.aggregate_id.as_str()) {
+                pending.push(None);
+                continue;
+            }
+            let topic = topics
+                .entry(row.aggregate_type.as_str())
+                .or_insert_with(|| kafka::topic_name(&self.kafka, &row.aggregate_type));
+            match self.enqueue(topic, row).await {
+                Ok(f) => pending.push(Some(f)),
+                Err(e) => {
+                    tracing::warn!(error = %e, event_id = %row.id, "cannot enqueue outbox event");
+                    blocked.insert(row.aggregate_id.as_str());
+                    pending.push(None);
+                }
+            }
+        }
+        let service = &self.settings.service;
+        let results = futures::future::join_all(pending.into_iter().map(|f| async move {
+            match f {
+                Some(f) => f.await,
+                None => Err(futures::channel::oneshot::Canceled),
+            }
+        }))
+        .await;
+        rows.iter()
+            .zip(results)
+            .map(|(row, r)| match r {
+                Ok(Ok(_)) => {
+                    let age = (Utc::now() - row.created_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+                    metrics::histogram!(m::OUTBOX_PUBLISH_LATENCY_SECONDS, "service" => service.clone())
+                        .record(age.max(0.0));
+                    true
+                }
+                Ok(Err((e, _))) => {
+                    tracing::debug!(error = %e, event_id = %row.id, "outbox event not acked");
+                    false
+                }
+                Err(_) => false,
+            })
+            .collect()
+    }
+
+    /// Enqueues one row, waiting while librdkafka's queue is full.
+    async fn enqueue(&self, topic: &str, row: &Row) -> Result<DeliveryFuture, KafkaError> {
+        let time = row.created_at.to_rfc3339_opts(SecondsFormat::Micros, true);
+        let id = row.id.to_string();
+        let schema_version = row.schema_version.to_string();
+        let mut h = OwnedHeaders::new_with_capacity(10)
+            .insert(Header { key: headers::CE_ID, value: Some(id.as_str()) })
+            .insert(Header { key: headers::CE_TYPE, value: Some(row.event_type.as_str()) })
+            .insert(Header { key: headers::CE_SOURCE, value: Some(row.source.as_str()) })
+            .insert(Header { key: headers::CE_SPECVERSION, value: Some(headers::SPECVERSION) })
+            .insert(Header { key: headers::CE_TIME, value: Some(time.as_str()) })
+            .insert(Header { key: headers::CE_SCHEMAVERSION, value: Some(schema_version.as_str()) })
+            .insert(Header { key: headers::CE_AGGREGATEID, value: Some(row.aggregate_id.as_str()) })
+            .insert(Header { key: headers::CONTENT_TYPE, value: Some(row.content_type.as_str()) });
+        if let Some(tp) = &row.traceparent {
+            h = h.insert(Header { key: headers::TRACEPARENT, value: Some(tp.as_str()) });
+        }
+        if let Some(ts) = &row.tracestate {
+            h = h.insert(Header { key: headers::TRACESTATE, value: Some(ts.as_str()) });
+        }
+        let mut record = FutureRecord::to(topic).key(row.aggregate_id.as_str()).payload(&row.payload).headers(h);
+        loop {
+            match self.producer.send_result(record) {
+                Ok(f) => return Ok(f),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+}
+
+fn m_error(service: &str, n: u64) {
+    if n > 0 {
+        metrics::counter!(m::OUTBOX_PUBLISH_ERRORS_TOTAL, "service" => service.to_string()).increment(n);
+    }
+}
+
+fn producer(kafka: &KafkaSettings, settings: &RelaySettings) -> Result<FutureProducer, OutboxError> {
+    let timeout = settings.message_timeout_ms.to_string();
+    let linger = settings.linger_ms.to_string();
+    let config = kafka::client_config(
+        kafka,
+        &[
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+            ("linger.ms", &linger),
+            ("message.timeout.ms", &timeout),
+        ],
+    );
+    Ok(config.create()?)
+}
+
+async fn listen(pool: &PgPool) -> Option<PgListener> {
+    let mut l = match PgListener::connect_with(pool).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot LISTEN yet; polling");
+            return None;
+        }
+    };
+    match l.listen(NOTIFY_CHANNEL).await {
+        Ok(()) => Some(l),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot LISTEN yet; polling");
+            None
+        }
+    }
+}
+
+/// Waits for a notification; pending forever without a listener.
+async fn recv(listener: &mut Option<PgListener>) -> Result<(), sqlx::Error> {
+    match listener {
+        Some(l) => l.recv().await.map(|_| ()),
+        None => std::future::pending().await,
+    }
+}
+
+/// Deletes published rows older than `retention_hours`, in chunks.
+pub async fn purge(pool: &PgPool, retention_hours: i64) -> Result<u64, sqlx::Error> {
+    let mut total = 0;
+    loop {
+        let n = sqlx::query(
+            "DELETE FROM outbox WHERE seq IN (
+                 SELECT seq FROM outbox
+                 WHERE published_at IS NOT NULL AND published_at < now() - make_interval(hours => $1)
+                 LIMIT $2)",
+        )
+        .bind(i32::try_from(retention_hours).unwrap_or(i32::MAX))
+        .bind(PURGE_CHUNK)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        total += n;
+        if (n as i64) < PURGE_CHUNK {
+            return Ok(total);
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Shared set-up of the outbox tests: a fresh database with the outbox tables
+//! and a tiny business table, a Tansu broker, and helpers to write events in
+//! business transactions and to read topics back.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use futures::future::BoxFuture;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::message::{Headers, Message, OwnedMessage};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use sagaworks_config::KafkaSettings;
+use sagaworks_outbox::{
+    ConsumerSettings, Handler, HandlerError, NewEvent, OutboxWriter, ReceivedEvent, RelaySettings,
+};
+use sagaworks_test_support::{Broker, TestDatabase};
+use serde_json::json;
+use sqlx::{PgConnection, PgPool};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub struct Env {
+    pub db: TestDatabase,
+    pub pool: PgPool,
+    pub broker: Broker,
+    pub kafka: KafkaSettings,
+}
+
+pub async fn env(prefix: &str) -> Env {
+    sagaworks_test_support::init_logs();
+    let db = TestDatabase::create(prefix).await;
+    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(10).connect(&db.url).await.unwrap();
+    sagaworks_runtime::db::migrate(&pool, &mut [sagaworks_outbox::migrator()]).await.unwrap();
+    sqlx::query("CREATE TABLE accounts (id TEXT PRIMARY KEY, balance BIGINT NOT NULL)").execute(&pool).await.unwrap();
+    // The handlers' side effect: one row per handled event, no unique key, so a
+    // second handling would show as a second row.
+    sqlx::query("CREATE TABLE effects (event_id UUID NOT NULL, aggregate_id TEXT NOT NULL, n BIGINT NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let broker = Broker::start().await;
+    let kafka = broker.kafka_settings();
+    Env { db, pool, broker, kafka }
+}
+
+/// Fast settings for tests.
+pub fn relay_settings() -> RelaySettings {
+    RelaySettings {
+        service: "test".into(),
+        poll_interval_ms: 100,
+        backoff_base_ms: 50,
+        backoff_max_ms: 1_000,
+        message_timeout_ms: 3_000,
+        ..Default::default()
+    }
+}
+
+pub fn consumer_settings(group: &str, topics: &[&str]) -> ConsumerSettings {
+    ConsumerSettings {
+        group_id: group.into(),
+        topics: topics.iter().map(|t| t.to_string()).collect(),
+        retry_base_ms: 20,
+        retry_max_ms: 200,
+        lag_interval_ms: 500,
+        ..Default::default()
+    }
+}
+
+/// A business transaction: bumps the account's balance and records `n` as an
+/// `AccountCredited` event of aggregate `account/<id>`; commits or rolls back.
+pub async fn credit(pool: &PgPool, id: &str, n: i64, commit: bool) -> Uuid {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO accounts (id, balance) VALUES ($1, $2)
+         ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + $2",
+    )
+    .bind(id)
+    .bind(n)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let event = NewEvent::new("account", id, "AccountCredited", json!({ "account": id, "n": n })).unwrap();
+    let event_id = OutboxWriter::new("test").write(&mut tx, event).await.unwrap();
+    if commit {
+        tx.commit().await.unwrap();
+    } else {
+        tx.rollback().await.unwrap();
+    }
+    event_id
+}
+
+/// Reads `topic` from the beginning (all partitions, no group) until `done`
+/// says so or `timeout` passes; returns what it read.
+pub async fn read_topic(
+    kafka: &KafkaSettings,
+    topic: &str,
+    timeout: Duration,
+    done: impl Fn(&[OwnedMessage]) -> bool + Send + 'static,
+) -> Vec<OwnedMessage> {
+    let brokers = kafka.brokers.clone();
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("group.id", "test-reader")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let start = Instant::now();
+        let partitions = loop {
+            let meta = consumer.fetch_metadata(Some(&topic), Duration::from_secs(2));
+            if let Ok(meta) = meta {
+                let n = meta.topics().first().map(|t| t.partitions().len()).unwrap_or(0);
+                if n > 0 {
+                    break n as i32;
+                }
+            }
+            assert!(start.elapsed() < timeout, "topic {topic} never appeared");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(&topic, p, Offset::Beginning).unwrap();
+        }
+        consumer.assign(&tpl).unwrap();
+        let mut out = Vec::new();
+        while !done(&out) && start.elapsed() < timeout {
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                out.push(m.detach());
+            }
+        }
+        out
+    })
+    .await
+    .unwrap()
+}
+
+pub fn header<'a>(m: &'a OwnedMessage, name: &str) -> Option<&'a str> {
+    m.headers()?.iter().find(|h| h.key == name).and_then(|h| h.value).and_then(|v| std::str::from_utf8(v).ok())
+}
+
+pub fn payload_json(m: &OwnedMessage) -> serde_json::Value {
+    serde_json::from_slice(m.payload().unwrap()).unwrap()
+}
+
+/// Per aggregate, the `n`s in the order they appear; asserts each aggregate's
+/// sequence is increasing once duplicates (at-least-once) are removed.
+pub fn assert_per_aggregate_order(messages: &[OwnedMessage]) -> HashMap<String, Vec<i64>> {
+    let mut seen: HashMap<String, Vec<i64>> = HashMap::new();
+    for m in messages {
+        let p = payload_json(m);
+        let agg = p["account"].as_str().unwrap().to_string();
+        let n = p["n"].as_i64().unwrap();
+        let list = seen.entry(agg).or_default();
+        if list.contains(&n) {
+            continue; // a duplicate delivery
+        }
+        if let Some(last) = list.last() {
+            assert!(n > *last, "aggregate order broken: {n} after {last} in {list:?}");
+        }
+        list.push(n);
+    }
+    seen
+}
+
+/// Runs `fut` on a task and returns a handle that cancels and joins it.
+pub struct Running {
+    token: CancellationToken,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    pub fn spawn<F>(make: impl FnOnce(CancellationToken) -> F) -> Self
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let token = CancellationToken::new();
+        let handle = tokio::spawn(make(token.clone()));
+        Self { token, handle }
+    }
+
+    pub async fn stop(self) {
+        self.token.cancel();
+        tokio::time::timeout(Duration::from_secs(20), self.handle)
+            .await
+            .expect("task stops when cancelled")
+            .unwrap();
+    }
+}
+
+/// What the test handler does for an event (from its payload's `n`).
+#[derive(Clone, Default)]
+pub struct Script {
+    /// Events (by `n`) answered with `Permanent`.
+    pub permanent: Vec<i64>,
+    /// Events (by `n`) answered with `Retryable` until this many attempts were made.
+    pub fail_attempts: HashMap<i64, u32>,
+}
+
+/// Records every handled event as a row in `effects` on the consumer's
+/// transaction, following a [`Script`] for failures.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    pub script: Script,
+    pub attempts: Arc<Mutex<HashMap<Uuid, u32>>>,
+    pub traceparents: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+impl Handler for Recorder {
+    fn handle<'a>(
+        &'a self,
+        tx: &'a mut PgConnection,
+        event: &'a ReceivedEvent,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            let attempt = {
+                let mut a = self.attempts.lock().unwrap();
+                let e = a.entry(event.id).or_default();
+                *e += 1;
+                *e
+            };
+            self.traceparents.lock().unwrap().push(event.traceparent.clone());
+            let p: serde_json::Value = event.json().map_err(|e| HandlerError::Permanent(e.to_string()))?;
+            let n = p["n"].as_i64().ok_or_else(|| HandlerError::Permanent("no n".into()))?;
+            if self.script.permanent.contains(&n) {
+                return Err(HandlerError::Permanent(format!("event {n} is marked bad")));
+            }
+            if let Some(until) = self.script.fail_attempts.get(&n) {
+                if attempt < *until {
+                    return Err(HandlerError::Retryable(format!("attempt {attempt} of event {n}")));
+                }
+            }
+            sqlx::query("INSERT INTO effects (event_id, aggregate_id, n) VALUES ($1, $2, $3)")
+                .bind(event.id)
+                .bind(&event.aggregate_id)
+                .bind(n)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| HandlerError::Retryable(e.to_string()))?;
+            Ok(())
+        })
+    }
+}
+
+pub async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}

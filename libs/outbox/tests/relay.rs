@@ -1,0 +1,260 @@
+//! The relay against real PostgreSQL and a real Kafka-protocol broker (Tansu).
+
+mod common;
+
+use common::*;
+use rdkafka::message::Message;
+use sagaworks_outbox::kafka::topic_name;
+use sagaworks_outbox::{MAX_PAYLOAD_BYTES, NewEvent, OutboxError, OutboxWriter, Relay};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_event_is_published_with_key_headers_and_payload_and_rolled_back_one_never() {
+    let env = env("relay_commit").await;
+    let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+
+    let committed = credit(&env.pool, "acc-1", 7, true).await;
+    let rolled_back = credit(&env.pool, "acc-1", 8, false).await;
+    // A later committed marker: once it is on the topic, anything published
+    // before it would be too.
+    let marker = credit(&env.pool, "acc-2", 9, true).await;
+
+    let topic = topic_name(&env.kafka, "account");
+    let marker_s = marker.to_string();
+    let msgs = read_topic(&env.kafka, &topic, WAIT, move |m| {
+        m.iter().any(|m| header(m, "ce_id") == Some(marker_s.as_str()))
+    })
+    .await;
+    let ids: Vec<&str> = msgs.iter().filter_map(|m| header(m, "ce_id")).collect();
+    assert!(ids.contains(&marker.to_string().as_str()), "marker published: {ids:?}");
+    assert!(!ids.contains(&rolled_back.to_string().as_str()), "rolled-back event must never be published");
+
+    let m = msgs.iter().find(|m| header(m, "ce_id") == Some(committed.to_string().as_str())).expect("committed");
+    assert_eq!(m.key(), Some(b"acc-1".as_slice()));
+    assert_eq!(header(m, "ce_type"), Some("AccountCredited"));
+    assert_eq!(header(m, "ce_source"), Some("/sagaworks/test"));
+    assert_eq!(header(m, "ce_specversion"), Some("1.0"));
+    assert_eq!(header(m, "ce_schemaversion"), Some("1"));
+    assert_eq!(header(m, "ce_aggregateid"), Some("acc-1"));
+    assert_eq!(header(m, "content-type"), Some("application/json"));
+    let time = chrono::DateTime::parse_from_rfc3339(header(m, "ce_time").unwrap()).expect("RFC 3339 ce_time");
+    assert!((chrono::Utc::now() - time.to_utc()).num_seconds() < 60);
+    assert_eq!(payload_json(m), serde_json::json!({ "account": "acc-1", "n": 7 }));
+
+    let unpublished = count(&env.pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await;
+    assert_eq!(unpublished, 0);
+    assert_eq!(count(&env.pool, "SELECT count(*) FROM outbox").await, 2, "the rollback left no row");
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_written_while_the_broker_is_down_arrive_in_order_once_it_is_back() {
+    let mut env = env("relay_outage").await;
+    let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+    // The relay is up and has published once before the outage.
+    credit(&env.pool, "warmup", 0, true).await;
+    let topic = topic_name(&env.kafka, "account");
+    read_topic(&env.kafka, &topic, WAIT, |m| !m.is_empty()).await;
+
+    env.broker.stop();
+    for n in 1..=20 {
+        credit(&env.pool, &format!("acc-{}", n % 4), n, true).await;
+    }
+    // Long enough for sends to fail and the relay to back off.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let backlog = count(&env.pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await;
+    assert_eq!(backlog, 20, "nothing is marked published while the broker is down");
+
+    env.broker.restart().await;
+    let msgs = read_topic(&env.kafka, &topic, Duration::from_secs(60), |m| {
+        let mut ns: Vec<i64> = m.iter().map(|m| payload_json(m)["n"].as_i64().unwrap()).collect();
+        ns.sort();
+        ns.dedup();
+        ns.iter().filter(|n| **n > 0).count() == 20
+    })
+    .await;
+    let per_aggregate = assert_per_aggregate_order(&msgs);
+    let total: usize = per_aggregate.iter().filter(|(k, _)| k.starts_with("acc-")).map(|(_, v)| v.len()).sum();
+    assert_eq!(total, 20, "every event written during the outage arrived: {per_aggregate:?}");
+    eventually_empty_backlog(&env).await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_relays_on_one_table_keep_every_aggregate_in_order() {
+    let env = env("relay_two").await;
+    // Small batches so the two relays interleave a lot.
+    let settings = || sagaworks_outbox::RelaySettings { batch_size: 7, ..relay_settings() };
+    let a = Relay::new(env.pool.clone(), &env.kafka, settings()).unwrap();
+    let b = Relay::new(env.pool.clone(), &env.kafka, settings()).unwrap();
+    let ra = Running::spawn(|t| a.run(t));
+    let rb = Running::spawn(|t| b.run(t));
+
+    // 30 aggregates x 10 events, written by concurrent writers.
+    let writers: Vec<_> = (0..5)
+        .map(|w| {
+            let pool = env.pool.clone();
+            tokio::spawn(async move {
+                for n in 1..=10 {
+                    for agg in (w * 6)..(w * 6 + 6) {
+                        credit(&pool, &format!("acc-{agg}"), n, true).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    let topic = topic_name(&env.kafka, "account");
+    let msgs = read_topic(&env.kafka, &topic, Duration::from_secs(60), |m| {
+        let mut ids: Vec<&str> = m.iter().filter_map(|m| header(m, "ce_id")).collect();
+        ids.sort();
+        ids.dedup();
+        ids.len() == 300
+    })
+    .await;
+    let per_aggregate = assert_per_aggregate_order(&msgs);
+    assert_eq!(per_aggregate.len(), 30);
+    for (agg, ns) in &per_aggregate {
+        assert_eq!(ns, &(1..=10).collect::<Vec<_>>(), "{agg}");
+    }
+    eventually_empty_backlog(&env).await;
+    ra.stop().await;
+    rb.stop().await;
+}
+
+#[tokio::test]
+async fn payload_over_the_limit_is_refused_at_write_time() {
+    let db = sagaworks_test_support::TestDatabase::create("outbox_big").await;
+    let pool = db.pool().await;
+    sagaworks_runtime::db::migrate(&pool, &mut [sagaworks_outbox::migrator()]).await.unwrap();
+    let writer = OutboxWriter::new("test");
+    let mut tx = pool.begin().await.unwrap();
+    let big = "x".repeat(MAX_PAYLOAD_BYTES);
+    let err = writer.write(&mut tx, NewEvent::new("account", "a", "Big", &big).unwrap()).await.unwrap_err();
+    assert!(
+        matches!(err, OutboxError::PayloadTooLarge { size, max, .. } if size == MAX_PAYLOAD_BYTES + 2 && max == MAX_PAYLOAD_BYTES),
+        "{err}"
+    );
+    // Just under the limit (the JSON string adds two quotes) is accepted.
+    let fits = "x".repeat(MAX_PAYLOAD_BYTES - 2);
+    writer.write(&mut tx, NewEvent::new("account", "a", "Fits", &fits).unwrap()).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_purge_removes_old_published_rows_only() {
+    let env = env("relay_purge").await;
+    for n in 1..=4 {
+        credit(&env.pool, "acc", n, true).await;
+    }
+    // 1: published long ago (purged); 2: published recently (kept);
+    // 3: old but never published (kept: never drop the unpublished); 4: fresh.
+    sqlx::query(
+        "UPDATE outbox SET published_at = now() - interval '48 hours', created_at = now() - interval '49 hours'
+         WHERE convert_from(payload, 'UTF8')::jsonb->>'n' = '1'",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE outbox SET published_at = now() - interval '1 hour' WHERE convert_from(payload, 'UTF8')::jsonb->>'n' = '2'")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE outbox SET created_at = now() - interval '72 hours' WHERE convert_from(payload, 'UTF8')::jsonb->>'n' = '3'")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let left = |pool: sqlx::PgPool| async move {
+        let ns: Vec<String> =
+            sqlx::query_scalar("SELECT convert_from(payload, 'UTF8')::jsonb->>'n' FROM outbox ORDER BY seq")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        ns
+    };
+    let purged = sagaworks_outbox::relay::purge(&env.pool, 24).await.unwrap();
+    assert_eq!(purged, 1);
+    assert_eq!(left(env.pool.clone()).await, vec!["2", "3", "4"]);
+
+    // The relay purges on its own too (at start, then every minute): after it
+    // published 3 and 4, age them and restart it.
+    let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+    eventually_empty_backlog(&env).await;
+    running.stop().await;
+    sqlx::query("UPDATE outbox SET published_at = now() - interval '25 hours' WHERE convert_from(payload, 'UTF8')::jsonb->>'n' = '3'")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+    let pool = env.pool.clone();
+    sagaworks_test_support::eventually("relay purge", WAIT, || {
+        let pool = pool.clone();
+        async move { (left(pool).await == vec!["2", "4"]).then_some(()) }
+    })
+    .await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_backlog_gauge_equals_the_unpublished_count() {
+    use sagaworks_runtime::health::Readiness;
+    let env = env("relay_metrics").await;
+    let _ = sagaworks_runtime::metrics::handle();
+    let ready = Readiness::new()
+        .with_gauges(sagaworks_outbox::OutboxGauges { pool: env.pool.clone(), service: "test".into() });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, ready.router()).await.unwrap() });
+    let scrape = || async move {
+        let body = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
+        let value = |name: &str| -> Option<f64> {
+            body.lines()
+                .find(|l| l.starts_with(&format!("{name}{{service=\"test\"}}")))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse().ok())
+        };
+        (value("outbox_backlog"), value("outbox_oldest_unpublished_age_seconds"), value("outbox_published_total"))
+    };
+
+    for n in 1..=5 {
+        credit(&env.pool, &format!("acc-{n}"), n, true).await;
+    }
+    sqlx::query("UPDATE outbox SET created_at = now() - interval '10 seconds'").execute(&env.pool).await.unwrap();
+    let (backlog, age, _) = scrape().await;
+    assert_eq!(backlog, Some(5.0));
+    assert!(age.unwrap() >= 10.0, "{age:?}");
+
+    let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+    eventually_empty_backlog(&env).await;
+    running.stop().await;
+    let (backlog, age, published) = scrape().await;
+    assert_eq!(backlog, Some(0.0));
+    assert_eq!(age, Some(0.0));
+    assert_eq!(published, Some(5.0));
+
+    credit(&env.pool, "acc-9", 9, true).await;
+    let (backlog, _, _) = scrape().await;
+    assert_eq!(backlog, Some(1.0), "scrape hook refreshes without a relay running");
+}
+
+async fn eventually_empty_backlog(env: &Env) {
+    let pool = env.pool.clone();
+    sagaworks_test_support::eventually("empty outbox backlog", WAIT, || {
+        let pool = pool.clone();
+        async move {
+            let n = count(&pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await;
+            (n == 0).then_some(())
+        }
+    })
+    .await;
+}
