@@ -57,8 +57,11 @@ impl Side {
 }
 
 /// Traces outgoing calls: wrap a tonic `Channel` (or any service stack) with it.
+///
+/// Construct it with `ClientTraceLayer::default()` (room for options later).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ClientTraceLayer;
+#[non_exhaustive]
+pub struct ClientTraceLayer {}
 
 impl<S> Layer<S> for ClientTraceLayer {
     type Service = ClientTrace<S>;
@@ -98,8 +101,11 @@ where
 }
 
 /// Traces incoming calls: `tonic::transport::Server::builder().layer(ServerTraceLayer::default())`.
+///
+/// Construct it with `ServerTraceLayer::default()` (room for options later).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ServerTraceLayer;
+#[non_exhaustive]
+pub struct ServerTraceLayer {}
 
 impl<S> Layer<S> for ServerTraceLayer {
     type Service = ServerTrace<S>;
@@ -276,12 +282,12 @@ where
         let frame = ready!(this.inner.poll_frame(cx));
         match &frame {
             Some(Ok(frame)) => {
-                if let Some(trailers) = frame.trailers_ref() {
-                    if let Some(span) = this.span.take() {
-                        match grpc_status(trailers) {
-                            Some(code) => record_status(&span, *this.side, code),
-                            None => record_error(&span, "response ended without grpc-status"),
-                        }
+                if let Some(trailers) = frame.trailers_ref()
+                    && let Some(span) = this.span.take()
+                {
+                    match grpc_status(trailers) {
+                        Some(code) => record_status(&span, *this.side, code),
+                        None => record_error(&span, "response ended without grpc-status"),
                     }
                 }
             }

@@ -26,8 +26,11 @@ use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// Traces every request passing through it.
+///
+/// Construct it with `ServerTraceLayer::default()` (room for options later).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ServerTraceLayer;
+#[non_exhaustive]
+pub struct ServerTraceLayer {}
 
 impl<S> Layer<S> for ServerTraceLayer {
     type Service = ServerTrace<S>;

@@ -61,10 +61,10 @@ impl TelemetryGuard {
 
 impl Drop for TelemetryGuard {
     fn drop(&mut self) {
-        if let Some(provider) = self.provider.take() {
-            if let Err(error) = provider.shutdown() {
-                eprintln!("sagaworks-telemetry: flushing spans on shutdown failed: {error}");
-            }
+        if let Some(provider) = self.provider.take()
+            && let Err(error) = provider.shutdown()
+        {
+            eprintln!("sagaworks-telemetry: flushing spans on shutdown failed: {error}");
         }
     }
 }

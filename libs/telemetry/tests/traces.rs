@@ -197,7 +197,7 @@ async fn consumer_span_starts_a_new_trace_linked_to_the_producer_span() {
     });
     consumer.in_scope(|| tracing::info_span!("charge").in_scope(|| {}));
     drop((consumer, poll_loop));
-    guard.shutdown().await.expect("flush");
+    drop(guard); // flushes too
 
     let spans = receiver.wait_for("5 spans", EXPORT_TIMEOUT, |s| s.len() >= 5).await;
     let business = the(&spans, "create_order", |_| true);
@@ -276,4 +276,29 @@ async fn second_init_is_refused_and_the_first_keeps_working() {
     guard.shutdown().await.expect("flush");
     let spans = receiver.wait_for("the span", EXPORT_TIMEOUT, |s| !s.is_empty()).await;
     assert_eq!(the(&spans, "still_traced", |_| true).service_name, SERVICE);
+}
+
+#[tokio::test]
+async fn shutdown_flushes_on_a_current_thread_runtime() {
+    let receiver = OtlpReceiver::start().await;
+    let guard = init_exporting_to(&receiver);
+    tracing::info_span!("single_threaded").in_scope(|| tracing::info!("work"));
+    tokio::time::timeout(std::time::Duration::from_secs(10), guard.shutdown())
+        .await
+        .expect("shutdown does not block the only runtime thread")
+        .expect("flush");
+    assert_eq!(receiver.spans().len(), 1, "everything was exported by the time shutdown returned");
+    assert_eq!(receiver.spans()[0].name, "single_threaded");
+}
+
+#[tokio::test]
+async fn without_an_endpoint_spans_still_carry_ids_for_logs_and_propagation() {
+    let guard =
+        sagaworks_telemetry::init(SERVICE, VERSION, &Default::default()).expect("init without export");
+    let (traceparent, trace_id) =
+        tracing::info_span!("local").in_scope(|| (current_traceparent(), current_trace_id()));
+    let trace_id = trace_id.expect("trace id without an exporter");
+    assert_eq!(trace_id.len(), 32);
+    assert!(traceparent.expect("traceparent without an exporter").contains(&trace_id));
+    guard.shutdown().await.expect("shutdown without an exporter");
 }
