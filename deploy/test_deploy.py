@@ -6,17 +6,20 @@
 * deploy/http-probe against a real HTTP server (2xx, 503, 404, hung server, no server);
 * deploy/postgres/init.sql in a throw-away PostgreSQL cluster: roles, passwords, one
   database each and no cross access;
-* the kafka-init script in docker-compose.yml is valid bash.
+* the kafka-init script in docker-compose.yml is valid bash;
+* the Docker build context that .dockerignore leaves is a complete cargo workspace, with
+  everything the build reads (proto/, migrations/, deploy/http-probe) and nothing else.
 
 Run from the repository root: `python3 deploy/test_deploy.py` (scripts/validate-deploy
-does). Needs docker-compose, kubectl (or $SW_KUSTOMIZE), PyYAML and PostgreSQL's
-initdb/pg_ctl/psql.
+does). Needs docker-compose, kubectl (or $SW_KUSTOMIZE), PyYAML, the `docker` Python
+package (for its .dockerignore matcher), cargo and PostgreSQL's initdb/pg_ctl/psql.
 """
 
 from __future__ import annotations
 
 import copy
 import glob
+import re
 import http.server
 import os
 import shutil
@@ -310,6 +313,51 @@ class KafkaInitTest(unittest.TestCase):
         for aggregate in ("order", "reservation", "product", "payment", "account"):
             self.assertRegex(script, rf"\b{aggregate}\b")
         self.assertIn(".dlq", script)
+
+
+class BuildContextTest(unittest.TestCase):
+    """What `docker build .` would send, per .dockerignore (docker-py's matcher)."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        from docker.utils.build import exclude_paths
+
+        patterns = [
+            line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")
+        ]
+        cls.context = {Path(p) for p in exclude_paths(str(ROOT), patterns)}
+
+    def test_context_is_a_complete_workspace(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="sw-docker-context-") as tmp:
+            for rel in sorted(self.context):
+                src, dst = ROOT / rel, Path(tmp) / rel
+                if src.is_file() and not src.is_symlink():
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, dst)
+            # Every workspace member (and so every internal path dependency) is there.
+            result = subprocess.run(
+                ["cargo", "metadata", "--no-deps", "--offline", "--format-version", "1"],
+                cwd=tmp, capture_output=True, text=True, timeout=300,
+            )
+            self.assertEqual(result.returncode, 0, result.stderr)
+            members = {p["name"] for p in yaml.safe_load(result.stdout)["packages"]}
+            self.assertLessEqual({"gateway", "order", "inventory", "payment"}, members)
+
+    def test_context_has_what_the_build_reads(self) -> None:
+        wanted = [Path("Cargo.lock"), Path("deploy/http-probe")]
+        wanted += [p.relative_to(ROOT) for p in (ROOT / "proto").glob("*.proto")]
+        # Directories embedded at compile time by sqlx::migrate!("...").
+        for source in ROOT.glob("services/*/src/**/*.rs"):
+            for rel in re.findall(r'sqlx::migrate!\("([^"]+)"\)', source.read_text()):
+                crate = ROOT / "services" / source.relative_to(ROOT).parts[1]
+                wanted.append((crate / rel).resolve().relative_to(ROOT))
+        for path in wanted:
+            self.assertTrue(path in self.context, f"{path} is excluded from the build context")
+
+    def test_context_leaves_out_what_the_build_does_not_read(self) -> None:
+        for path in (".git", "target", "k8s", "docs", "docker-compose.yml", "deploy/Dockerfile"):
+            self.assertFalse(Path(path) in self.context, f"{path} is sent to the build")
 
 
 if __name__ == "__main__":
