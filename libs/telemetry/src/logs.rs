@@ -10,8 +10,9 @@ use opentelemetry::trace::{SpanId, TraceId};
 use std::fmt;
 use tracing::{Event, Subscriber};
 use tracing_opentelemetry::OtelData;
+use tracing_subscriber::Layer;
 use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::fmt::{self as fmt_layer, FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
 /// The shape of a log line, from `telemetry.log_format`.
@@ -28,6 +29,29 @@ impl LogStyle {
             "json" => Self::Json,
             "pretty" => Self::Pretty,
             _ => Self::Compact,
+        }
+    }
+}
+
+/// The log layer for `style`, writing lines to `writer` (ANSI colours off: lines
+/// are usually collected, and the trace ids are appended to the formatted text).
+pub(crate) fn layer<S, W>(style: LogStyle, writer: W) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let layer = fmt_layer::layer().with_writer(writer).with_ansi(false);
+    match style {
+        LogStyle::Json => layer
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .map_event_format(|inner| WithTraceIds::new(inner, style))
+            .boxed(),
+        LogStyle::Pretty => layer.pretty().map_event_format(|inner| WithTraceIds::new(inner, style)).boxed(),
+        LogStyle::Compact => {
+            layer.compact().map_event_format(|inner| WithTraceIds::new(inner, style)).boxed()
         }
     }
 }
@@ -98,8 +122,6 @@ mod tests {
     use opentelemetry::trace::TracerProvider as _;
     use opentelemetry_sdk::trace::SdkTracerProvider;
     use std::sync::{Arc, Mutex};
-    use tracing_subscriber::Layer;
-    use tracing_subscriber::fmt::MakeWriter;
     use tracing_subscriber::layer::SubscriberExt;
 
     /// A `MakeWriter` that collects everything written into one buffer.
@@ -133,20 +155,9 @@ mod tests {
     fn log_with(style: LogStyle) -> (Vec<String>, String, String) {
         let buffer = Buffer::default();
         let provider = SdkTracerProvider::builder().build();
-        let fmt_layer = tracing_subscriber::fmt::layer().with_writer(buffer.clone()).with_ansi(false);
-        let fmt_layer = match style {
-            LogStyle::Json => fmt_layer
-                .json()
-                .flatten_event(true)
-                .map_event_format(|inner| WithTraceIds::new(inner, style))
-                .boxed(),
-            LogStyle::Pretty | LogStyle::Compact => {
-                fmt_layer.compact().map_event_format(|inner| WithTraceIds::new(inner, style)).boxed()
-            }
-        };
         let subscriber = tracing_subscriber::registry()
             .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")))
-            .with(fmt_layer);
+            .with(layer(style, buffer.clone()));
         let ids = tracing::subscriber::with_default(subscriber, || {
             tracing::info!("outside");
             let span = tracing::info_span!("work", order_id = 7);
@@ -184,6 +195,13 @@ mod tests {
         assert!(!lines[0].contains("trace_id="), "{}", lines[0]);
         assert!(lines[1].contains("inside"), "{}", lines[1]);
         assert!(lines[1].ends_with(&format!(" trace_id={trace_id} span_id={span_id}")), "{}", lines[1]);
+    }
+
+    #[test]
+    fn pretty_output_ends_with_trace_and_span_id() {
+        let (lines, trace_id, span_id) = log_with(LogStyle::Pretty);
+        let ids = format!(" trace_id={trace_id} span_id={span_id}");
+        assert_eq!(lines.iter().filter(|l| l.ends_with(&ids)).count(), 1, "{lines:#?}");
     }
 
     #[test]

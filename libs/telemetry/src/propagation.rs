@@ -38,6 +38,11 @@ pub fn current_traceparent() -> Option<String> {
     w3c_fields(&current_context()).remove(TRACEPARENT)
 }
 
+/// The W3C `tracestate` of the current span, or `None` when it is empty or there is no span.
+pub fn current_tracestate() -> Option<String> {
+    w3c_fields(&current_context()).remove(TRACESTATE).filter(|state| !state.is_empty())
+}
+
 /// The trace id (32 lower-case hex digits) of the current span, or `None` outside a span.
 pub fn current_trace_id() -> Option<String> {
     let cx = current_context();
@@ -101,14 +106,17 @@ fn w3c_fields(cx: &Context) -> HashMap<String, String> {
     fields
 }
 
-/// An ordered list of header pairs as an injection carrier.
+/// An ordered list of header pairs as an injection carrier; empty values (an empty
+/// `tracestate`) are left out.
 #[derive(Default)]
 struct Pairs(Vec<(String, String)>);
 
 impl Injector for Pairs {
     fn set(&mut self, key: &str, value: String) {
         self.0.retain(|(k, _)| k != key);
-        self.0.push((key.to_owned(), value));
+        if !value.is_empty() {
+            self.0.push((key.to_owned(), value));
+        }
     }
 }
 
@@ -161,7 +169,15 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_tracestate_is_not_a_header() {
+        opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+        let headers = headers_for(&context_from_traceparent(TP, None));
+        assert_eq!(headers, vec![(TRACEPARENT.to_owned(), TP.to_owned())]);
+    }
+
+    #[test]
     fn nothing_to_propagate_outside_a_span() {
+        assert_eq!(current_tracestate(), None);
         assert_eq!(current_traceparent(), None);
         assert_eq!(current_trace_id(), None);
         assert!(headers_to_inject().is_empty());

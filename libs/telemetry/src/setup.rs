@@ -1,6 +1,6 @@
 //! [`init`]: the global subscriber, the tracer provider and the propagator.
 
-use crate::logs::{LogStyle, WithTraceIds};
+use crate::logs::{self, LogStyle};
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
@@ -9,10 +9,10 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::resource::{EnvResourceDetector, TelemetryResourceDetector};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use sagaworks_config::TelemetrySettings;
+use tracing_subscriber::Layer;
 use tracing_subscriber::filter::{EnvFilter, LevelFilter};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{Layer, fmt};
 
 /// Name of the instrumentation scope of every span created through this crate.
 const SCOPE: &str = "sagaworks-telemetry";
@@ -97,22 +97,7 @@ pub fn init(
     let otel_layer =
         tracing_opentelemetry::layer().with_tracer(provider.tracer(SCOPE)).with_filter(LevelFilter::INFO);
 
-    let style = LogStyle::from_setting(&settings.log_format);
-    let log_layer = match style {
-        LogStyle::Json => fmt::layer()
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
-            .map_event_format(|inner| WithTraceIds::new(inner, style))
-            .boxed(),
-        LogStyle::Pretty => {
-            fmt::layer().pretty().map_event_format(|inner| WithTraceIds::new(inner, style)).boxed()
-        }
-        LogStyle::Compact => {
-            fmt::layer().compact().map_event_format(|inner| WithTraceIds::new(inner, style)).boxed()
-        }
-    };
+    let log_layer = logs::layer(LogStyle::from_setting(&settings.log_format), std::io::stdout);
 
     let installed =
         tracing_subscriber::registry().with(otel_layer).with(log_layer.with_filter(filter)).try_init();

@@ -14,13 +14,18 @@ use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceCl
 use sagaworks_telemetry::grpc::ClientTraceLayer;
 use sagaworks_telemetry::messaging::{KafkaMessage, consumer_span, producer_span};
 use sagaworks_telemetry::propagation::{
-    context_from_pairs, context_from_traceparent, current_trace_id, current_traceparent, headers_to_inject,
+    context_from_pairs, context_from_traceparent, current_trace_id, current_traceparent, current_tracestate,
+    headers_to_inject,
 };
 use sagaworks_telemetry::{TelemetryError, http};
 use sagaworks_test_support::otlp::{OtlpReceiver, ReceivedLink, SpanKind, StatusCode};
 use tower::{Layer, ServiceExt};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+fn cx_tracestate(cx: &opentelemetry::Context) -> String {
+    cx.span().span_context().trace_state().header()
+}
 
 const GET_STOCK: &str = "sagaworks.inventory.v1.InventoryService/GetStock";
 
@@ -249,7 +254,10 @@ async fn current_traceparent_round_trips_and_names_the_nested_span() {
     assert_eq!(cx.span().span_context().span_id().to_string(), parts[2]);
     // Another process continues from the stored traceparent.
     let resumed = tracing::info_span!(parent: None, "resumed");
-    resumed.set_parent(cx).unwrap();
+    resumed.set_parent(context_from_traceparent(&traceparent, Some("sagaworks=1"))).unwrap();
+    let (resumed_tracestate, inner_tracestate) = (resumed.in_scope(current_tracestate), cx_tracestate(&cx));
+    assert_eq!(resumed_tracestate.as_deref(), Some("sagaworks=1"), "tracestate travels with the context");
+    assert_eq!(inner_tracestate, "");
     drop((outer, resumed));
     guard.shutdown().await.expect("flush");
 
