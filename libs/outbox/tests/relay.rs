@@ -86,42 +86,52 @@ async fn events_written_while_the_broker_is_down_arrive_in_order_once_it_is_back
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_relays_on_one_table_keep_every_aggregate_in_order() {
+    const AGGREGATES: i64 = 6;
+    const EVENTS: i64 = 40;
     let env = env("relay_two").await;
-    // Small batches so the two relays interleave a lot.
-    let settings = || sagaworks_outbox::RelaySettings { batch_size: 7, ..relay_settings() };
+    // Few aggregates, interleaved, small batches: without head claiming the two
+    // relays would hold events of one aggregate in flight at the same time.
+    let write = |from: i64, to: i64| {
+        let writers: Vec<_> = (0..3)
+            .map(|w| {
+                let pool = env.pool.clone();
+                tokio::spawn(async move {
+                    for n in from..=to {
+                        for agg in [w * 2, w * 2 + 1] {
+                            credit(&pool, &format!("acc-{agg}"), n, true).await;
+                        }
+                    }
+                })
+            })
+            .collect::<Vec<_>>();
+        async move {
+            for w in writers {
+                w.await.unwrap();
+            }
+        }
+    };
+    // A backlog first, so both relays start on a full table ...
+    write(1, EVENTS / 2).await;
+    let settings = || sagaworks_outbox::RelaySettings { batch_size: 3, ..relay_settings() };
     let a = Relay::new(env.pool.clone(), &env.kafka, settings()).unwrap();
     let b = Relay::new(env.pool.clone(), &env.kafka, settings()).unwrap();
     let ra = Running::spawn(|t| a.run(t));
     let rb = Running::spawn(|t| b.run(t));
+    // ... then more events while they run.
+    write(EVENTS / 2 + 1, EVENTS).await;
 
-    // 30 aggregates x 10 events, written by concurrent writers.
-    let writers: Vec<_> = (0..5)
-        .map(|w| {
-            let pool = env.pool.clone();
-            tokio::spawn(async move {
-                for n in 1..=10 {
-                    for agg in (w * 6)..(w * 6 + 6) {
-                        credit(&pool, &format!("acc-{agg}"), n, true).await;
-                    }
-                }
-            })
-        })
-        .collect();
-    for w in writers {
-        w.await.unwrap();
-    }
     let topic = topic_name(&env.kafka, "account");
     let msgs = read_topic(&env.kafka, &topic, Duration::from_secs(60), |m| {
         let mut ids: Vec<&str> = m.iter().filter_map(|m| header(m, "ce_id")).collect();
         ids.sort();
         ids.dedup();
-        ids.len() == 300
+        ids.len() as i64 == AGGREGATES * EVENTS
     })
     .await;
     let per_aggregate = assert_per_aggregate_order(&msgs);
-    assert_eq!(per_aggregate.len(), 30);
+    assert_eq!(per_aggregate.len() as i64, AGGREGATES);
     for (agg, ns) in &per_aggregate {
-        assert_eq!(ns, &(1..=10).collect::<Vec<_>>(), "{agg}");
+        assert_eq!(ns, &(1..=EVENTS).collect::<Vec<_>>(), "{agg}");
     }
     eventually_empty_backlog(&env).await;
     ra.stop().await;

@@ -36,7 +36,7 @@ pub async fn env(prefix: &str) -> Env {
     sqlx::query("CREATE TABLE accounts (id TEXT PRIMARY KEY, balance BIGINT NOT NULL)").execute(&pool).await.unwrap();
     // The handlers' side effect: one row per handled event, no unique key, so a
     // second handling would show as a second row.
-    sqlx::query("CREATE TABLE effects (event_id UUID NOT NULL, aggregate_id TEXT NOT NULL, n BIGINT NOT NULL)")
+    sqlx::query("CREATE TABLE effects (k BIGSERIAL, event_id UUID NOT NULL, aggregate_id TEXT NOT NULL, n BIGINT NOT NULL)")
         .execute(&pool)
         .await
         .unwrap();

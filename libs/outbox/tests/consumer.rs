@@ -1,0 +1,204 @@
+//! The consumer (inbox dedupe, retries, DLQ) end to end: writer -> relay ->
+//! Tansu -> consumer -> handler, against real PostgreSQL.
+
+mod common;
+
+use common::*;
+use rdkafka::ClientConfig;
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use sagaworks_outbox::kafka::{dlq_topic, topic_name};
+use sagaworks_outbox::{Consumer, ConsumerSettings, Relay, RelaySettings};
+use std::collections::HashMap;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(40);
+
+async fn effects_count(env: &Env) -> i64 {
+    count(&env.pool, "SELECT count(*) FROM effects").await
+}
+
+async fn wait_for_effects(env: &Env, n: i64) {
+    let pool = env.pool.clone();
+    sagaworks_test_support::eventually(&format!("{n} effects"), WAIT, || {
+        let pool = pool.clone();
+        async move { (count(&pool, "SELECT count(*) FROM effects").await >= n).then_some(()) }
+    })
+    .await;
+}
+
+fn start(env: &Env, relay: RelaySettings, consumer: ConsumerSettings, handler: Recorder) -> (Running, Running) {
+    let r = Relay::new(env.pool.clone(), &env.kafka, relay).unwrap();
+    let c = Consumer::new(env.pool.clone(), &env.kafka, consumer, handler).unwrap();
+    (Running::spawn(|t| r.run(t)), Running::spawn(|t| c.run(t)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_relays_and_the_inbox_give_one_effect_per_event_in_aggregate_order() {
+    let env = env("consumer_once").await;
+    let settings = || RelaySettings { batch_size: 5, ..relay_settings() };
+    let second = Relay::new(env.pool.clone(), &env.kafka, settings()).unwrap();
+    let second = Running::spawn(|t| second.run(t));
+    let (relay, consumer) =
+        start(&env, settings(), consumer_settings("g-once", &["account"]), Recorder::default());
+
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let pool = env.pool.clone();
+            tokio::spawn(async move {
+                for n in 1..=8 {
+                    for agg in (w * 5)..(w * 5 + 5) {
+                        credit(&pool, &format!("acc-{agg}"), n, true).await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    wait_for_effects(&env, 160).await;
+    // Let any duplicate deliveries arrive before counting.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(effects_count(&env).await, 160, "exactly one effect per event");
+    assert_eq!(count(&env.pool, "SELECT count(DISTINCT event_id) FROM effects").await, 160);
+    assert_eq!(count(&env.pool, "SELECT count(*) FROM inbox WHERE consumer_group = 'g-once'").await, 160);
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT aggregate_id, n FROM effects ORDER BY k").fetch_all(&env.pool).await.unwrap();
+    let mut per: HashMap<String, Vec<i64>> = HashMap::new();
+    for (agg, n) in rows {
+        per.entry(agg).or_default().push(n);
+    }
+    assert_eq!(per.len(), 20);
+    for (agg, ns) in per {
+        assert_eq!(ns, (1..=8).collect::<Vec<_>>(), "handled in order: {agg}");
+    }
+    relay.stop().await;
+    second.stop().await;
+    consumer.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_messages_are_dead_lettered_and_the_consumer_keeps_going() {
+    let env = env("consumer_poison").await;
+    let handler = Recorder { script: Script { permanent: vec![2], ..Default::default() }, ..Default::default() };
+    let (relay, consumer) = start(&env, relay_settings(), consumer_settings("g-poison", &["account"]), handler);
+    credit(&env.pool, "acc-a", 1, true).await;
+    wait_for_effects(&env, 1).await;
+
+    // Raw, non-CloudEvents messages on every partition (the consumer created the topic).
+    let topic = topic_name(&env.kafka, "account");
+    let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &env.kafka.brokers).create().unwrap();
+    for p in 0..3 {
+        producer
+            .send(FutureRecord::to(&topic).partition(p).key("raw").payload("not an event"), Duration::from_secs(5))
+            .await
+            .unwrap();
+    }
+    let bad = credit(&env.pool, "acc-b", 2, true).await;
+    for (i, agg) in ["acc-a", "acc-b", "acc-c", "acc-d"].iter().enumerate() {
+        credit(&env.pool, agg, 3 + i as i64, true).await;
+    }
+    wait_for_effects(&env, 5).await;
+    let ns: Vec<i64> = sqlx::query_scalar("SELECT n FROM effects ORDER BY n").fetch_all(&env.pool).await.unwrap();
+    assert_eq!(ns, vec![1, 3, 4, 5, 6], "later messages are processed, the poison one is not");
+
+    let dlq = read_topic(&env.kafka, &dlq_topic(&topic), WAIT, |m| m.len() >= 4).await;
+    assert_eq!(dlq.len(), 4, "three raw messages and one rejected event");
+    let rejected = dlq.iter().find(|m| header(m, "ce_id") == Some(bad.to_string().as_str())).expect("rejected event");
+    assert!(header(rejected, "dlq_error").unwrap().contains("event 2 is marked bad"));
+    assert_eq!(header(rejected, "dlq_attempts"), Some("1"), "permanent errors are not retried");
+    assert_eq!(header(rejected, "dlq_original_topic"), Some(topic.as_str()));
+    assert_eq!(header(rejected, "ce_type"), Some("AccountCredited"), "original headers are kept");
+    assert_eq!(payload_json(rejected)["n"], 2);
+    assert!(header(rejected, "dlq_original_offset").unwrap().parse::<i64>().is_ok());
+    let raw: Vec<_> = dlq.iter().filter(|m| m.key() == Some(b"raw".as_slice())).collect();
+    assert_eq!(raw.len(), 3);
+    let mut partitions: Vec<&str> = raw.iter().map(|m| header(m, "dlq_original_partition").unwrap()).collect();
+    partitions.sort();
+    assert_eq!(partitions, vec!["0", "1", "2"]);
+    for m in raw {
+        assert_eq!(header(m, "dlq_error"), Some("header ce_id is missing"));
+        assert_eq!(m.payload(), Some(b"not an event".as_slice()));
+    }
+    relay.stop().await;
+    consumer.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retryable_errors_are_retried_then_succeed_once_or_are_dead_lettered_after_max_attempts() {
+    let env = env("consumer_retry").await;
+    let handler = Recorder {
+        script: Script { fail_attempts: HashMap::from([(1, 3), (2, 100)]), ..Default::default() },
+        ..Default::default()
+    };
+    let attempts = handler.attempts.clone();
+    let traceparents = handler.traceparents.clone();
+    let settings = ConsumerSettings { max_attempts: 4, ..consumer_settings("g-retry", &["account"]) };
+    let (relay, consumer) = start(&env, relay_settings(), settings, handler);
+
+    // The consumer hands the raw traceparent of the writing span to the
+    // handler. (The telemetry crate fills the column from the current span;
+    // here it is set on the writing transaction itself.)
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut tx = env.pool.begin().await.unwrap();
+    let event = sagaworks_outbox::NewEvent::new("account", "acc-a", "AccountCredited",
+        serde_json::json!({ "account": "acc-a", "n": 1 })).unwrap();
+    let first = sagaworks_outbox::OutboxWriter::new("test").write(&mut tx, event).await.unwrap();
+    sqlx::query("UPDATE outbox SET traceparent = $1 WHERE id = $2").bind(tp).bind(first).execute(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+    let doomed = credit(&env.pool, "acc-b", 2, true).await;
+    credit(&env.pool, "acc-b", 3, true).await;
+    wait_for_effects(&env, 2).await;
+
+    let ns: Vec<i64> = sqlx::query_scalar("SELECT n FROM effects ORDER BY k").fetch_all(&env.pool).await.unwrap();
+    assert!(ns.contains(&1) && ns.contains(&3) && ns.len() == 2, "{ns:?}");
+    assert_eq!(attempts.lock().unwrap()[&first], 3, "succeeded on the third attempt");
+    assert_eq!(attempts.lock().unwrap()[&doomed], 4, "gave up after max_attempts");
+    let topic = topic_name(&env.kafka, "account");
+    let dlq = read_topic(&env.kafka, &dlq_topic(&topic), WAIT, |m| !m.is_empty()).await;
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(header(&dlq[0], "ce_id"), Some(doomed.to_string().as_str()));
+    assert_eq!(header(&dlq[0], "dlq_attempts"), Some("4"));
+    assert!(header(&dlq[0], "dlq_error").unwrap().contains("attempt 4 of event 2"));
+    assert!(traceparents.lock().unwrap().iter().all(|t| t.as_deref() == Some(tp) || t.is_none()));
+    assert!(traceparents.lock().unwrap().contains(&Some(tp.to_string())), "traceparent passed through");
+    relay.stop().await;
+    consumer.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redelivered_events_change_nothing() {
+    let env = env("consumer_redeliver").await;
+    let _ = sagaworks_runtime::metrics::handle();
+    let (relay, consumer) =
+        start(&env, relay_settings(), consumer_settings("g-redeliver", &["account"]), Recorder::default());
+    for n in 1..=5 {
+        credit(&env.pool, &format!("acc-{n}"), n, true).await;
+    }
+    wait_for_effects(&env, 5).await;
+
+    // Publish every event a second time, as a relay that crashed before
+    // marking its batch would.
+    sqlx::query("UPDATE outbox SET published_at = NULL").execute(&env.pool).await.unwrap();
+    sagaworks_test_support::eventually("duplicates seen by the consumer", WAIT, || async {
+        let text = sagaworks_runtime::metrics::render();
+        let dupes = text
+            .lines()
+            .find(|l| l.starts_with("consumer_processed_total") && l.contains("outcome=\"duplicate\""))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        (dupes >= 5.0).then_some(())
+    })
+    .await;
+    assert_eq!(effects_count(&env).await, 5, "redelivery changed nothing");
+    let text = sagaworks_runtime::metrics::render();
+    assert!(
+        text.lines().any(|l| l.starts_with("consumer_processed_total")
+            && l.contains("outcome=\"processed\"")
+            && l.ends_with(" 5")),
+        "{text}"
+    );
+    relay.stop().await;
+    consumer.stop().await;
+}
