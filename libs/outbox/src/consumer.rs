@@ -5,7 +5,9 @@
 //! tokio::spawn(consumer.run(token.clone()));
 //! ```
 //!
-//! Each message, one after the other (so a partition is handled in order):
+//! Messages are routed by partition to `concurrency` workers; a worker
+//! handles its messages one after the other, so a partition is handled in
+//! order. Each message:
 //!
 //! 1. The CloudEvents headers are parsed into a [`ReceivedEvent`]. A message
 //!    without a valid `ce_id` (a UUID) and `ce_type` is poison: dead-lettered.
@@ -25,6 +27,10 @@
 //! dead-lettered. Keep the total retry time (`retry_max_ms` x attempts) well
 //! under `max_poll_interval_ms`, or the broker evicts the consumer from its
 //! group while it waits.
+//!
+//! After a rebalance a worker may still finish messages of a partition that
+//! moved to another group member; both may then handle (the inbox makes the
+//! second a no-op) and commit it, which can only cause redelivery, never loss.
 
 use crate::backoff::Backoff;
 use crate::kafka::{self, TopicSettings, headers};
@@ -64,6 +70,9 @@ pub struct ConsumerSettings {
     pub lag_interval_ms: u64,
     /// Used when the consumer creates a missing topic (or its DLQ).
     pub topic_settings: TopicSettings,
+    /// Partitions handled at the same time. Each partition always goes to
+    /// the same worker, so it is still handled in order.
+    pub concurrency: usize,
 }
 
 impl Default for ConsumerSettings {
@@ -79,6 +88,7 @@ impl Default for ConsumerSettings {
             auto_offset_reset: "earliest".into(),
             lag_interval_ms: 5_000,
             topic_settings: TopicSettings::default(),
+            concurrency: 4,
         }
     }
 }
@@ -213,6 +223,17 @@ impl Outcome {
     }
 }
 
+/// Messages buffered per worker before the poll loop waits.
+const WORKER_QUEUE: usize = 256;
+
+/// The worker of a partition (a stable hash of topic and partition).
+fn worker_for(topic: &str, partition: i32, workers: usize) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (topic, partition).hash(&mut h);
+    (h.finish() % workers.max(1) as u64) as usize
+}
+
 /// Shutdown arrived before the message was finished; its offset stays uncommitted.
 struct Interrupted;
 
@@ -276,26 +297,58 @@ impl<H: Handler> Consumer<H> {
             tracing::error!(error = %e, "cannot subscribe; consumer not started");
             return;
         }
-        let mut lag_tick = tokio::time::interval(Duration::from_millis(self.settings.lag_interval_ms.max(100)));
+        let this = Arc::new(self);
+        let workers: Vec<_> = (0..this.settings.concurrency.max(1))
+            .map(|_| {
+                let (tx, rx) = tokio::sync::mpsc::channel::<OwnedMessage>(WORKER_QUEUE);
+                (tx, tokio::spawn(Arc::clone(&this).work(rx, shutdown.clone())))
+            })
+            .collect();
+        let mut lag_tick = tokio::time::interval(Duration::from_millis(this.settings.lag_interval_ms.max(100)));
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = lag_tick.tick() => self.report_lag(),
-                received = self.consumer.recv() => match received {
+                _ = lag_tick.tick() => this.report_lag(),
+                received = this.consumer.recv() => match received {
                     Ok(msg) => {
                         let msg = msg.detach();
-                        if self.process(&msg, &shutdown).await.is_err() {
-                            break;
+                        // One partition, one worker: the partition stays in order.
+                        let worker = worker_for(msg.topic(), msg.partition(), workers.len());
+                        if workers[worker].0.send(msg).await.is_err() {
+                            break; // the worker stopped: shutting down
                         }
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, group = %self.settings.group_id, "kafka consume error");
+                        tracing::warn!(error = %e, group = %this.settings.group_id, "kafka consume error");
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 },
             }
         }
-        tracing::info!(group = %self.settings.group_id, "consumer stopped");
+        for (tx, handle) in workers {
+            drop(tx);
+            if let Err(e) = handle.await {
+                tracing::error!(error = %e, "consumer worker panicked");
+            }
+        }
+        tracing::info!(group = %this.settings.group_id, "consumer stopped");
+    }
+
+    /// Handles the messages of the partitions routed to this worker, in order.
+    async fn work(self: Arc<Self>, mut rx: tokio::sync::mpsc::Receiver<OwnedMessage>, shutdown: CancellationToken) {
+        loop {
+            let msg = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return,
+                msg = rx.recv() => match msg {
+                    Some(msg) => msg,
+                    None => return,
+                },
+            };
+            if self.process(&msg, &shutdown).await.is_err() {
+                return;
+            }
+        }
     }
 
     async fn process(&self, msg: &OwnedMessage, shutdown: &CancellationToken) -> Result<(), Interrupted> {
