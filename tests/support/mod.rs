@@ -1,1 +1,260 @@
-//! Shared helpers of the system tests.
+//! Shared helpers of the system tests: the whole system in one process.
+//!
+//! [`Stack::start`] runs inventory, payment, order and the gateway as real
+//! servers on free local ports, each service with a fresh database of its
+//! own on the local PostgreSQL server. Services can be killed (their tasks
+//! aborted, as in a crash) and started again on the same database and port.
+
+use reqwest::StatusCode;
+use sagaworks_config::ListenSettings;
+use sagaworks_resilience::ClientSettings;
+use sagaworks_test_support::TestDatabase;
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// A service running on the test's runtime.
+pub struct Running {
+    token: CancellationToken,
+    task: Option<JoinHandle<()>>,
+    pub grpc_port: u16,
+    pub http_port: u16,
+}
+
+impl Running {
+    fn spawn<F>(grpc_port: u16, http_port: u16, run: impl FnOnce(CancellationToken) -> F) -> Self
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let token = CancellationToken::new();
+        let task = tokio::spawn(run(token.clone()));
+        Self { token, task: Some(task), grpc_port, http_port }
+    }
+
+    /// Stops dead, like `kill -9`: no draining, leases stay held.
+    pub fn kill(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
+    /// Graceful shutdown.
+    pub async fn stop(&mut self) {
+        self.token.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+
+    pub fn grpc_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.grpc_port)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn local(port: u16) -> ListenSettings {
+    ListenSettings::new("127.0.0.1", port)
+}
+
+/// Fast-failing client settings for tests.
+pub fn client(url: &str) -> ClientSettings {
+    let mut c = ClientSettings::with_url(url);
+    c.timeout_ms = 1_000;
+    c
+}
+
+pub async fn start_inventory(db: &TestDatabase, grpc_port: u16) -> Running {
+    let settings = inventory::config::Settings {
+        grpc: local(grpc_port),
+        http: local(0),
+        database: db.settings(),
+        ..Default::default()
+    };
+    let app = inventory::startup::Application::build(settings).await.expect("inventory starts");
+    let (g, h) = (app.grpc_port(), app.http_port());
+    Running::spawn(g, h, |t| async move { app.run_until_stopped(t).await.expect("inventory runs") })
+}
+
+pub async fn start_payment(db: &TestDatabase, grpc_port: u16) -> Running {
+    let settings =
+        payment::config::Settings { grpc: local(grpc_port), http: local(0), database: db.settings(), ..Default::default() };
+    let app = payment::startup::Application::build(settings).await.expect("payment starts");
+    let (g, h) = (app.grpc_port(), app.http_port());
+    Running::spawn(g, h, |t| async move { app.run_until_stopped(t).await.expect("payment runs") })
+}
+
+/// Order settings for tests: short leases and polls so resumption is quick.
+pub fn order_settings(db: &TestDatabase, inventory_url: &str, payment_url: &str) -> order::config::Settings {
+    let mut s = order::config::Settings {
+        grpc: local(0),
+        http: local(0),
+        database: db.settings(),
+        inventory: client(inventory_url),
+        payment: client(payment_url),
+        ..Default::default()
+    };
+    s.saga.lease_ms = 1_500;
+    s.saga.poll_interval_ms = 100;
+    s.saga.retry_base_ms = 20;
+    s.saga.retry_max_ms = 200;
+    s.saga.max_wait_ms = 10_000;
+    s
+}
+
+pub async fn start_order(settings: order::config::Settings) -> Running {
+    let app = order::startup::Application::build(settings).await.expect("order starts");
+    let (g, h) = (app.grpc_port(), app.http_port());
+    Running::spawn(g, h, |t| async move {
+        // A crashed (fault-injected) replica may be killed at any point.
+        let _ = app.run_until_stopped(t).await;
+    })
+}
+
+pub async fn start_gateway(order_url: &str, inventory_url: &str, payment_url: &str) -> Running {
+    let settings = gateway::config::Settings {
+        http: local(0),
+        order: client(order_url),
+        inventory: client(inventory_url),
+        payment: client(payment_url),
+        ..Default::default()
+    };
+    let app = gateway::startup::Application::build(settings).await.expect("gateway starts");
+    let port = app.port();
+    Running::spawn(0, port, |t| async move { app.run_until_stopped(t).await.expect("gateway runs") })
+}
+
+/// The whole system.
+pub struct Stack {
+    pub order_db: TestDatabase,
+    pub inventory_db: TestDatabase,
+    pub payment_db: TestDatabase,
+    pub inventory: Running,
+    pub payment: Running,
+    pub order: Running,
+    pub gateway: Running,
+    pub http: reqwest::Client,
+}
+
+impl Stack {
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// Starts everything, letting `tweak` adjust the order service's settings.
+    pub async fn start_with(tweak: impl FnOnce(&mut order::config::Settings)) -> Self {
+        sagaworks_test_support::init_logs();
+        let (order_db, inventory_db, payment_db) = tokio::join!(
+            TestDatabase::create("order"),
+            TestDatabase::create("inventory"),
+            TestDatabase::create("payment")
+        );
+        let inventory = start_inventory(&inventory_db, 0).await;
+        let payment = start_payment(&payment_db, 0).await;
+        let mut settings = order_settings(&order_db, &inventory.grpc_url(), &payment.grpc_url());
+        tweak(&mut settings);
+        let order = start_order(settings).await;
+        let gateway = start_gateway(&order.grpc_url(), &inventory.grpc_url(), &payment.grpc_url()).await;
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+        Self { order_db, inventory_db, payment_db, inventory, payment, order, gateway, http }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.gateway.http_port)
+    }
+
+    /// Replaces the order service (after a kill) with a fresh one on the same
+    /// database and port.
+    pub async fn restart_order(&mut self, tweak: impl FnOnce(&mut order::config::Settings)) {
+        self.order.kill();
+        let mut settings = order_settings(&self.order_db, &self.inventory.grpc_url(), &self.payment.grpc_url());
+        settings.grpc.port = self.order.grpc_port;
+        tweak(&mut settings);
+        // The killed server's socket may linger for a moment.
+        for _ in 0..50 {
+            match order::startup::Application::build(settings.clone()).await {
+                Ok(app) => {
+                    let (g, h) = (app.grpc_port(), app.http_port());
+                    self.order = Running::spawn(g, h, |t| async move {
+                        let _ = app.run_until_stopped(t).await;
+                    });
+                    return;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        panic!("order service did not restart on port {}", self.order.grpc_port);
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let res = self.http.post(self.url(path)).json(&body).send().await.expect("gateway answers");
+        let status = res.status();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let res = self.http.get(self.url(path)).send().await.expect("gateway answers");
+        let status = res.status();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Creates a product; returns its id.
+    pub async fn product(&self, price_cents: i64, stock: i64) -> String {
+        let sku = format!("sku-{}", uuid::Uuid::new_v4().simple());
+        let body = json!({ "sku": sku, "name": "Widget", "price_cents": price_cents, "initial_stock": stock });
+        let (status, p) = self.post("/v1/products", body).await;
+        assert_eq!(status, StatusCode::CREATED, "{p}");
+        p["id"].as_str().unwrap().to_string()
+    }
+
+    /// Opens a customer account; returns its id.
+    pub async fn customer(&self, credit_cents: i64) -> String {
+        let body = json!({ "name": "Ada", "initial_credit_cents": credit_cents });
+        let (status, c) = self.post("/v1/customers", body).await;
+        assert_eq!(status, StatusCode::CREATED, "{c}");
+        c["customer_id"].as_str().unwrap().to_string()
+    }
+
+    pub async fn place(&self, customer: &str, product: &str, quantity: i64) -> (StatusCode, Value) {
+        self.post("/v1/orders", json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": quantity }] }))
+            .await
+    }
+
+    pub async fn stock(&self, product: &str) -> (i64, i64, i64) {
+        let (status, p) = self.get(&format!("/v1/products/{product}")).await;
+        assert_eq!(status, StatusCode::OK, "{p}");
+        (p["available"].as_i64().unwrap(), p["reserved"].as_i64().unwrap(), p["sold"].as_i64().unwrap())
+    }
+
+    pub async fn balance(&self, customer: &str) -> i64 {
+        let (status, c) = self.get(&format!("/v1/customers/{customer}")).await;
+        assert_eq!(status, StatusCode::OK, "{c}");
+        c["balance_cents"].as_i64().unwrap()
+    }
+
+    /// Waits until the order is CONFIRMED or CANCELLED; returns it.
+    pub async fn settled(&self, order_id: &str) -> Value {
+        sagaworks_test_support::eventually("order to settle", Duration::from_secs(20), || async {
+            let (_, o) = self.get(&format!("/v1/orders/{order_id}")).await;
+            matches!(o["status"].as_str(), Some("CONFIRMED" | "CANCELLED")).then_some(o)
+        })
+        .await
+    }
+}
+
+/// The saga's step names in the order they ran, with their statuses.
+pub fn steps(order: &Value) -> Vec<(String, String)> {
+    order["saga"]["steps"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .map(|st| (st["name"].as_str().unwrap().to_string(), st["status"].as_str().unwrap().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}

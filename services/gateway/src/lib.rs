@@ -1,1 +1,19 @@
-//! gateway
+//! The API gateway: the only public entry to sagaworks.
+//!
+//! REST + JSON over axum, documented by an OpenAPI document generated with
+//! utoipa (`GET /openapi.json`). Every call goes to a service over gRPC through
+//! the shared resilience stack; every failure is answered as problem+json.
+//!
+//! * [`config`]: settings.
+//! * [`startup`]: [`startup::Application`], built by `main` and by tests.
+//! * [`api`]: routes, handlers and the OpenAPI document.
+//! * [`model`]: the JSON resources.
+//! * [`extract`]: strict JSON bodies.
+//! * [`error`]: every failure mapped to problem+json in one place.
+
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod model;
+pub mod startup;

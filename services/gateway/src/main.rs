@@ -1,1 +1,11 @@
-fn main() {}
+//! `gateway`: see the library docs.
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let settings: gateway::config::Settings = sagaworks_config::load()?;
+    let shutdown = sagaworks_runtime::shutdown::on_signal();
+    let app = gateway::startup::Application::build(settings).await?;
+    tracing::info!(port = app.port(), "gateway listening");
+    app.run_until_stopped(shutdown).await?;
+    Ok(())
+}

@@ -502,9 +502,11 @@ impl Orchestrator {
 fn classify(step: Step, status: &tonic::Status) -> StepOutcome {
     let what = format!("{}: {}", step.as_str(), status.message());
     match sagaworks_resilience::rejection(status) {
-        // Never left this process: no effect.
-        Some(Rejection::CircuitOpen { .. }) => return StepOutcome::Rejected(format!("{what} (circuit open)")),
+        // Shed before any attempt was sent: no effect.
         Some(Rejection::BulkheadFull) => return StepOutcome::Rejected(format!("{what} (too many calls in flight)")),
+        // An open circuit may have cut the retries of an attempt that did
+        // reach the participant, so its effect is unknown.
+        Some(Rejection::CircuitOpen { .. }) => return StepOutcome::Failed(format!("{what} (circuit open)")),
         Some(Rejection::Timeout) => return StepOutcome::Failed(format!("{what} (timed out)")),
         None => {}
     }

@@ -1,0 +1,247 @@
+//! The REST resources (JSON shapes in the OpenAPI document) and their
+//! conversions from the gRPC contracts.
+
+use chrono::{DateTime, Utc};
+use sagaworks_proto::{from_timestamp, inventory::v1 as inv, order::v1 as ord, payment::v1 as pay};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+fn time(t: Option<prost_types::Timestamp>) -> Option<DateTime<Utc>> {
+    t.as_ref().and_then(from_timestamp)
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OrderLineInput {
+    /// Product id (UUID).
+    pub product_id: String,
+    /// Units, 1 to 1000000.
+    pub quantity: i64,
+}
+
+/// `POST /v1/orders`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateOrder {
+    /// Customer id (UUID), as created with `POST /v1/customers`.
+    pub customer_id: String,
+    /// 1 to 100 lines; lines for the same product are summed.
+    pub items: Vec<OrderLineInput>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrderLine {
+    pub product_id: String,
+    pub quantity: i64,
+    /// Known once stock is reserved (inventory owns prices); 0 before.
+    pub unit_price_cents: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SagaStep {
+    /// `reserve_stock`, `charge_payment`, `confirm_order`, `refund_payment`, `release_stock`.
+    pub name: String,
+    /// `RUNNING`, `SUCCEEDED` or `FAILED`.
+    pub status: String,
+    pub attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Saga {
+    pub saga_id: String,
+    pub order_id: String,
+    /// `RUNNING`, `COMPENSATING`, `COMPLETED` or `COMPENSATED`.
+    pub status: String,
+    pub current_step: String,
+    pub steps: Vec<SagaStep>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    pub created_at: Option<DateTime<Utc>>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TimelineEntry {
+    pub event_id: String,
+    pub event_type: String,
+    pub source: String,
+    pub occurred_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Order {
+    pub order_id: String,
+    pub customer_id: String,
+    /// `PENDING`, `CONFIRMED` or `CANCELLED`.
+    pub status: String,
+    pub items: Vec<OrderLine>,
+    pub total_cents: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saga: Option<Saga>,
+    /// Domain events about this order seen on Kafka, oldest first.
+    pub timeline: Vec<TimelineEntry>,
+    /// The OpenTelemetry trace of the request that created the order (open it in Jaeger).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    pub created_at: Option<DateTime<Utc>>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrderList {
+    pub orders: Vec<Order>,
+}
+
+impl From<ord::SagaStep> for SagaStep {
+    fn from(s: ord::SagaStep) -> Self {
+        Self {
+            name: s.name,
+            status: s.status,
+            attempts: s.attempts,
+            error: non_empty(s.error),
+            started_at: time(s.started_at),
+            finished_at: time(s.finished_at),
+        }
+    }
+}
+
+impl From<ord::Saga> for Saga {
+    fn from(s: ord::Saga) -> Self {
+        Self {
+            saga_id: s.saga_id,
+            order_id: s.order_id,
+            status: s.status,
+            current_step: s.current_step,
+            steps: s.steps.into_iter().map(Into::into).collect(),
+            failure_reason: non_empty(s.failure_reason),
+            created_at: time(s.created_at),
+            updated_at: time(s.updated_at),
+        }
+    }
+}
+
+impl From<ord::Order> for Order {
+    fn from(o: ord::Order) -> Self {
+        Self {
+            order_id: o.order_id,
+            customer_id: o.customer_id,
+            status: o.status,
+            items: o
+                .items
+                .into_iter()
+                .map(|i| OrderLine { product_id: i.product_id, quantity: i.quantity, unit_price_cents: i.unit_price_cents })
+                .collect(),
+            total_cents: o.total_cents,
+            failure_reason: non_empty(o.failure_reason),
+            saga: o.saga.map(Into::into),
+            timeline: o
+                .timeline
+                .into_iter()
+                .map(|t| TimelineEntry {
+                    event_id: t.event_id,
+                    event_type: t.event_type,
+                    source: t.source,
+                    occurred_at: time(t.occurred_at),
+                })
+                .collect(),
+            trace_id: non_empty(o.trace_id),
+            created_at: time(o.created_at),
+            updated_at: time(o.updated_at),
+        }
+    }
+}
+
+/// `POST /v1/products`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProduct {
+    /// Unique stock-keeping unit, 1 to 64 characters.
+    pub sku: String,
+    pub name: String,
+    pub price_cents: i64,
+    pub initial_stock: i64,
+    /// Optional client-chosen id (UUID).
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+/// `POST /v1/products/{id}/stock`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddStock {
+    pub quantity: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Product {
+    pub id: String,
+    pub sku: String,
+    pub name: String,
+    pub price_cents: i64,
+    pub available: i64,
+    pub reserved: i64,
+    pub sold: i64,
+    pub created_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProductList {
+    pub products: Vec<Product>,
+}
+
+impl From<inv::Product> for Product {
+    fn from(p: inv::Product) -> Self {
+        Self {
+            id: p.id,
+            sku: p.sku,
+            name: p.name,
+            price_cents: p.price_cents,
+            available: p.available,
+            reserved: p.reserved,
+            sold: p.sold,
+            created_at: time(p.created_at),
+        }
+    }
+}
+
+/// `POST /v1/customers`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateCustomer {
+    pub name: String,
+    pub initial_credit_cents: i64,
+    /// Optional client-chosen id (UUID).
+    #[serde(default)]
+    pub customer_id: Option<String>,
+}
+
+/// `POST /v1/customers/{id}/credit`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddCredit {
+    pub amount_cents: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Customer {
+    pub customer_id: String,
+    pub name: String,
+    pub balance_cents: i64,
+    pub created_at: Option<DateTime<Utc>>,
+}
+
+impl From<pay::Account> for Customer {
+    fn from(a: pay::Account) -> Self {
+        Self { customer_id: a.customer_id, name: a.name, balance_cents: a.balance_cents, created_at: time(a.created_at) }
+    }
+}

@@ -1,0 +1,117 @@
+//! The REST surface: validation, problem+json, OpenAPI, health.
+
+use reqwest::StatusCode;
+use serde_json::json;
+use system_tests::Stack;
+
+#[tokio::test]
+async fn invalid_input_is_a_problem_naming_the_field() {
+    let stack = Stack::start().await;
+    let product = stack.product(100, 10).await;
+    let customer = stack.customer(1_000).await;
+
+    let cases = [
+        (json!({ "customer_id": "nope", "items": [{ "product_id": product, "quantity": 1 }] }), "customer_id"),
+        (json!({ "customer_id": customer, "items": [] }), "items"),
+        (json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": 0 }] }), "items[0].quantity"),
+        (json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": "1" }] }), "items[0].quantity"),
+        (json!({ "customer_id": customer }), "body"),
+        (json!({ "customer_id": customer, "items": [], "coupon": "FREE" }), "body"),
+    ];
+    for (body, field) in cases {
+        let res = stack.http.post(stack.url("/v1/orders")).json(&body).send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert_eq!(res.headers()["content-type"], "application/problem+json");
+        let problem: serde_json::Value = res.json().await.unwrap();
+        assert_eq!(problem["status"], 422);
+        let named = problem["errors"][0]["field"].as_str().unwrap_or_default();
+        assert!(named.starts_with(field) || (field == "body" && !named.is_empty()), "{body} -> {problem}");
+    }
+
+    let res = stack.http.post(stack.url("/v1/orders")).header("content-type", "application/json").body("{not json").send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let res = stack.http.post(stack.url("/v1/orders")).body("{}").send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST, "no JSON content type");
+    let res = stack.http.post(stack.url("/v1/orders")).header("content-type", "application/json").body(vec![b' '; 200_000]).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+
+    // Nothing was accepted along the way.
+    assert_eq!(stack.stock(&product).await, (10, 0, 0));
+}
+
+#[tokio::test]
+async fn unknown_ids_are_404_and_unknown_routes_too() {
+    let stack = Stack::start().await;
+    let missing = uuid::Uuid::new_v4();
+    for path in [format!("/v1/orders/{missing}"), format!("/v1/sagas/{missing}"), format!("/v1/products/{missing}"), format!("/v1/customers/{missing}"), "/v2/nothing".into()] {
+        let res = stack.http.get(stack.url(&path)).send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(res.headers()["content-type"], "application/problem+json");
+    }
+    let (status, _) = stack.get("/v1/orders/not-a-uuid").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, p) = stack.get("/v1/orders").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "customer_id is required: {p}");
+}
+
+#[tokio::test]
+async fn downstream_unavailable_is_503_with_retry_after() {
+    let mut stack = Stack::start().await;
+    let customer = stack.customer(1_000).await;
+    let product = stack.product(100, 10).await;
+    stack.order.kill();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let res = stack
+        .http
+        .post(stack.url("/v1/orders"))
+        .json(&json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": 1 }] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(res.headers().contains_key("retry-after"));
+    assert_eq!(res.headers()["content-type"], "application/problem+json");
+}
+
+#[tokio::test]
+async fn openapi_document_describes_every_route() {
+    let stack = Stack::start().await;
+    let (status, doc) = stack.get("/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    for path in ["/v1/orders", "/v1/orders/{order_id}", "/v1/sagas/{saga_id}", "/v1/products", "/v1/customers/{customer_id}/credit"] {
+        assert!(doc["paths"].get(path).is_some(), "{path} missing from the document");
+    }
+    assert!(doc["components"]["schemas"].get("Order").is_some());
+}
+
+#[tokio::test]
+async fn readiness_follows_the_database() {
+    let stack = Stack::start().await;
+    let ready = |port: u16| {
+        let http = stack.http.clone();
+        async move { http.get(format!("http://127.0.0.1:{port}/health/ready")).send().await.unwrap() }
+    };
+    let res = ready(stack.inventory.http_port).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let live = stack.http.get(format!("http://127.0.0.1:{}/health/live", stack.inventory.http_port)).send().await.unwrap();
+    assert_eq!(live.status(), StatusCode::OK);
+
+    // Take inventory's database away: connections are terminated and new ones refused.
+    let admin = sqlx::PgPool::connect(&sagaworks_test_support::TestDatabase::admin_url()).await.unwrap();
+    let db = &stack.inventory_db.name;
+    sqlx::query(&format!(r#"ALTER DATABASE "{db}" WITH ALLOW_CONNECTIONS false"#)).execute(&admin).await.unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1").bind(db).execute(&admin).await.unwrap();
+    let res = ready(stack.inventory.http_port).await;
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert!(body["checks"]["database"]["error"].is_string(), "{body}");
+    let live = stack.http.get(format!("http://127.0.0.1:{}/health/live", stack.inventory.http_port)).send().await.unwrap();
+    assert_eq!(live.status(), StatusCode::OK, "still live");
+
+    sqlx::query(&format!(r#"ALTER DATABASE "{db}" WITH ALLOW_CONNECTIONS true"#)).execute(&admin).await.unwrap();
+    sagaworks_test_support::eventually("ready again", std::time::Duration::from_secs(10), || async {
+        (ready(stack.inventory.http_port).await.status() == StatusCode::OK).then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,311 @@
+//! The order-placement saga end to end, through the REST gateway, against
+//! real PostgreSQL databases (one per service).
+
+use reqwest::StatusCode;
+use sagaworks_proto::inventory::v1 as inv;
+use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
+use sagaworks_proto::payment::v1 as pay;
+use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
+use serde_json::json;
+use system_tests::{Stack, steps};
+use tonic::Code;
+
+fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+}
+
+#[tokio::test]
+async fn happy_path_confirms_reserves_and_charges() {
+    let stack = Stack::start().await;
+    let product = stack.product(250, 10).await;
+    let customer = stack.customer(10_000).await;
+
+    let (status, order) = stack.place(&customer, &product, 2).await;
+    assert_eq!(status, StatusCode::CREATED, "{order}");
+    assert_eq!(order["status"], "CONFIRMED", "{order}");
+    assert_eq!(order["total_cents"], 500);
+    assert_eq!(order["items"][0]["unit_price_cents"], 250);
+    assert_eq!(
+        steps(&order),
+        pairs(&[("reserve_stock", "SUCCEEDED"), ("charge_payment", "SUCCEEDED"), ("confirm_order", "SUCCEEDED")])
+    );
+    assert_eq!(stack.stock(&product).await, (8, 2, 0), "reserved until OrderConfirmed is consumed");
+    assert_eq!(stack.balance(&customer).await, 9_500);
+
+    let id = order["order_id"].as_str().unwrap();
+    let (status, fetched) = stack.get(&format!("/v1/orders/{id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(fetched["status"], "CONFIRMED");
+    let saga_id = fetched["saga"]["saga_id"].as_str().unwrap();
+    let (status, saga) = stack.get(&format!("/v1/sagas/{saga_id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(saga["status"], "COMPLETED");
+    assert!(saga["steps"][0]["started_at"].is_string() && saga["steps"][0]["finished_at"].is_string());
+
+    let (status, list) = stack.get(&format!("/v1/orders?customer_id={customer}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["orders"].as_array().unwrap().len(), 1);
+    assert_eq!(list["orders"][0]["order_id"], id);
+}
+
+#[tokio::test]
+async fn out_of_stock_cancels_without_charging() {
+    let stack = Stack::start().await;
+    let product = stack.product(100, 3).await;
+    let customer = stack.customer(10_000).await;
+
+    let (status, order) = stack.place(&customer, &product, 4).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(order["status"], "CANCELLED", "{order}");
+    assert!(order["failure_reason"].as_str().unwrap().contains("insufficient stock"), "{order}");
+    assert_eq!(steps(&order), pairs(&[("reserve_stock", "FAILED")]), "no payment step, nothing to compensate");
+    assert_eq!(stack.stock(&product).await, (3, 0, 0));
+    assert_eq!(stack.balance(&customer).await, 10_000);
+}
+
+#[tokio::test]
+async fn insufficient_funds_cancels_and_releases_stock() {
+    let stack = Stack::start().await;
+    let product = stack.product(300, 5).await;
+    let customer = stack.customer(500).await;
+
+    let (_, order) = stack.place(&customer, &product, 2).await;
+    assert_eq!(order["status"], "CANCELLED", "{order}");
+    assert!(order["failure_reason"].as_str().unwrap().contains("insufficient funds"), "{order}");
+    assert_eq!(
+        steps(&order),
+        pairs(&[("reserve_stock", "SUCCEEDED"), ("charge_payment", "FAILED"), ("release_stock", "SUCCEEDED")])
+    );
+    assert_eq!(order["saga"]["status"], "COMPENSATED");
+    assert_eq!(stack.stock(&product).await, (5, 0, 0), "stock released");
+    assert_eq!(stack.balance(&customer).await, 500, "never overdrawn, nothing charged");
+}
+
+#[tokio::test]
+async fn same_idempotency_key_returns_the_same_order() {
+    let stack = Stack::start().await;
+    let product = stack.product(100, 10).await;
+    let customer = stack.customer(10_000).await;
+    let body = json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": 1 }] });
+    let post = |body: serde_json::Value| {
+        stack.http.post(stack.url("/v1/orders")).header("Idempotency-Key", "order-42").json(&body).send()
+    };
+
+    let first = post(body.clone()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first: serde_json::Value = first.json().await.unwrap();
+    let second = post(body.clone()).await.unwrap();
+    assert_eq!(second.status(), StatusCode::OK);
+    assert_eq!(second.headers()["idempotent-replayed"], "true");
+    let second: serde_json::Value = second.json().await.unwrap();
+    assert_eq!(first["order_id"], second["order_id"]);
+    assert_eq!(second["status"], "CONFIRMED");
+    assert_eq!(stack.stock(&product).await, (9, 1, 0), "one reservation");
+    assert_eq!(stack.balance(&customer).await, 9_900, "one charge");
+
+    let other = json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": 2 }] });
+    let reused = post(other).await.unwrap();
+    assert_eq!(reused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: serde_json::Value = reused.json().await.unwrap();
+    assert_eq!(problem["errors"][0]["field"], "idempotency_key", "{problem}");
+}
+
+/// A participant call retried after its response was lost: same key, so the
+/// first result comes back and nothing changes twice.
+#[tokio::test]
+async fn participant_calls_are_idempotent_per_key() {
+    let stack = Stack::start().await;
+    let product = stack.product(100, 10).await;
+    let customer = stack.customer(1_000).await;
+    let mut inventory = InventoryServiceClient::connect(stack.inventory.grpc_url()).await.unwrap();
+    let mut payment = PaymentServiceClient::connect(stack.payment.grpc_url()).await.unwrap();
+    let saga = uuid::Uuid::new_v4().to_string();
+    let order = uuid::Uuid::new_v4().to_string();
+
+    let reserve = inv::ReserveStockRequest {
+        idempotency_key: format!("{saga}:reserve_stock"),
+        reservation_id: saga.clone(),
+        order_id: order.clone(),
+        items: vec![inv::ReserveItem { product_id: product.clone(), quantity: 3 }],
+    };
+    let a = inventory.reserve_stock(reserve.clone()).await.unwrap().into_inner();
+    let b = inventory.reserve_stock(reserve.clone()).await.unwrap().into_inner();
+    assert_eq!(a, b);
+    assert_eq!(stack.stock(&product).await, (7, 3, 0), "reserved once");
+
+    let charge = pay::ChargeRequest {
+        idempotency_key: format!("{saga}:charge_payment"),
+        payment_id: saga.clone(),
+        customer_id: customer.clone(),
+        order_id: order.clone(),
+        amount_cents: 300,
+    };
+    let a = payment.charge(charge.clone()).await.unwrap().into_inner();
+    let b = payment.charge(charge.clone()).await.unwrap().into_inner();
+    assert_eq!(a, b);
+    assert_eq!(stack.balance(&customer).await, 700, "charged once");
+
+    // The same key for a different request is refused.
+    let mut changed = charge.clone();
+    changed.amount_cents = 1;
+    assert_eq!(payment.charge(changed).await.unwrap_err().code(), Code::InvalidArgument);
+
+    // A rejection is replayed too, even once it would succeed.
+    let big = pay::ChargeRequest { idempotency_key: "big".into(), payment_id: uuid::Uuid::new_v4().to_string(), amount_cents: 5_000, ..charge.clone() };
+    assert_eq!(payment.charge(big.clone()).await.unwrap_err().code(), Code::FailedPrecondition);
+    payment.add_credit(pay::AddCreditRequest { customer_id: customer.clone(), amount_cents: 10_000 }).await.unwrap();
+    assert_eq!(payment.charge(big).await.unwrap_err().code(), Code::FailedPrecondition);
+
+    // Compensation before the forward call arrived leaves a tombstone.
+    let late = uuid::Uuid::new_v4().to_string();
+    let release = inv::ReleaseReservationRequest {
+        idempotency_key: format!("{late}:release_stock"),
+        reservation_id: late.clone(),
+        order_id: order.clone(),
+        reason: "saga gave up".into(),
+    };
+    inventory.release_reservation(release).await.unwrap();
+    let late_reserve = inv::ReserveStockRequest {
+        idempotency_key: format!("{late}:reserve_stock"),
+        reservation_id: late.clone(),
+        ..reserve.clone()
+    };
+    assert_eq!(inventory.reserve_stock(late_reserve).await.unwrap_err().code(), Code::Aborted);
+    assert_eq!(stack.stock(&product).await, (7, 3, 0), "the late reserve changed nothing");
+}
+
+/// Kills the order service at each point of a saga; a fresh instance on the
+/// same database resumes every saga to its end, with no double effect.
+#[tokio::test]
+async fn crashed_orchestrator_resumes_at_every_step() {
+    let points = [
+        "before:reserve_stock",
+        "after_call:reserve_stock",
+        "after_commit:reserve_stock",
+        "after_call:charge_payment",
+        "after_commit:charge_payment",
+        "before:confirm_order",
+    ];
+    let mut stack = Stack::start().await;
+    let product = stack.product(100, 100).await;
+    let customer = stack.customer(100_000).await;
+    for point in points {
+        stack.restart_order(|s| s.saga.crash_point = point.into()).await;
+        let (status, order) = stack.place(&customer, &product, 1).await;
+        assert_eq!(status, StatusCode::CREATED, "{point}: {order}");
+        assert_eq!(order["status"], "PENDING", "{point}: the replica stopped dead mid-saga: {order}");
+        stack.restart_order(|_| {}).await;
+        let order = stack.settled(order["order_id"].as_str().unwrap()).await;
+        assert_eq!(order["status"], "CONFIRMED", "{point}: {order}");
+    }
+    let n = points.len() as i64;
+    assert_eq!(stack.stock(&product).await, (100 - n, n, 0), "each order reserved exactly once");
+    assert_eq!(stack.balance(&customer).await, 100_000 - 100 * n, "each order charged exactly once");
+
+    // And in the middle of a compensation.
+    let poor = stack.customer(50).await;
+    stack.restart_order(|s| s.saga.crash_point = "after_call:release_stock".into()).await;
+    let (_, order) = stack.place(&poor, &product, 1).await;
+    assert_eq!(order["status"], "PENDING", "{order}");
+    stack.restart_order(|_| {}).await;
+    let order = stack.settled(order["order_id"].as_str().unwrap()).await;
+    assert_eq!(order["status"], "CANCELLED", "{order}");
+    assert_eq!(stack.stock(&product).await, (100 - n, n, 0), "released exactly once");
+    assert_eq!(stack.balance(&poor).await, 50);
+}
+
+/// Several replicas resuming the same crashed sagas never run one twice.
+#[tokio::test]
+async fn replicas_do_not_run_a_saga_twice() {
+    let mut stack = Stack::start_with(|s| s.saga.crash_point = "before:reserve_stock".into()).await;
+    let product = stack.product(10, 1_000).await;
+    let customer = stack.customer(1_000_000).await;
+    let mut ids = vec![];
+    for _ in 0..20 {
+        let (_, order) = stack.place(&customer, &product, 1).await;
+        ids.push(order["order_id"].as_str().unwrap().to_string());
+    }
+    stack.order.kill();
+    // Two fresh replicas race for the 20 sagas.
+    let settings = || system_tests::order_settings(&stack.order_db, &stack.inventory.grpc_url(), &stack.payment.grpc_url());
+    let _a = system_tests::start_order(settings()).await;
+    let _b = system_tests::start_order(settings()).await;
+    stack.restart_order(|_| {}).await;
+    for id in &ids {
+        let order = stack.settled(id).await;
+        assert_eq!(order["status"], "CONFIRMED", "{order}");
+        for step in order["saga"]["steps"].as_array().unwrap() {
+            assert_eq!(step["attempts"], 1, "a step ran twice: {order}");
+        }
+    }
+    assert_eq!(stack.stock(&product).await, (980, 20, 0));
+    assert_eq!(stack.balance(&customer).await, 1_000_000 - 200);
+}
+
+/// A participant that accepts connections and never answers: the step's
+/// deadline passes and the saga compensates instead of hanging.
+#[tokio::test]
+async fn a_participant_that_never_answers_leads_to_compensation() {
+    let blackhole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", blackhole.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut conns = vec![];
+        while let Ok((c, _)) = blackhole.accept().await {
+            conns.push(c);
+        }
+    });
+    let stack = Stack::start_with(|s| {
+        s.payment = system_tests::client(&url);
+        s.payment.timeout_ms = 300;
+    })
+    .await;
+    let product = stack.product(100, 5).await;
+    let customer = stack.customer(1_000).await;
+    let started = std::time::Instant::now();
+    let (_, order) = stack.place(&customer, &product, 1).await;
+    let order = stack.settled(order["order_id"].as_str().unwrap()).await;
+    assert_eq!(order["status"], "CANCELLED", "{order}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    let names: Vec<String> = steps(&order).into_iter().map(|(n, _)| n).collect();
+    assert!(names.contains(&"refund_payment".to_string()), "an unanswered charge may have happened: {order}");
+    assert!(order["saga"]["steps"].as_array().unwrap().iter().any(|s| s["name"] == "refund_payment" && s["status"] != "SUCCEEDED"),
+        "the refund cannot reach the dead payment service yet: {order}");
+    held.abort();
+}
+
+/// 50 concurrent orders for 10 units: exactly 10 confirmed, stock never
+/// negative, and money is conserved.
+#[tokio::test]
+async fn concurrent_orders_never_oversell() {
+    let stack = Stack::start().await;
+    let product = stack.product(700, 10).await;
+    let mut customers = vec![];
+    for _ in 0..5 {
+        customers.push(stack.customer(100_000).await);
+    }
+    let orders = futures::future::join_all((0..50).map(|i| {
+        let customer = customers[i % customers.len()].clone();
+        let stack = &stack;
+        let product = product.clone();
+        async move { stack.place(&customer, &product, 1).await }
+    }))
+    .await;
+    let mut confirmed = 0;
+    let mut confirmed_total = 0;
+    for (status, order) in &orders {
+        assert_eq!(*status, StatusCode::CREATED, "{order}");
+        let order = stack.settled(order["order_id"].as_str().unwrap()).await;
+        if order["status"] == "CONFIRMED" {
+            confirmed += 1;
+            confirmed_total += order["total_cents"].as_i64().unwrap();
+        }
+    }
+    assert_eq!(confirmed, 10);
+    assert_eq!(stack.stock(&product).await, (0, 10, 0));
+    let mut spent = 0;
+    for c in &customers {
+        spent += 100_000 - stack.balance(c).await;
+    }
+    assert_eq!(spent, confirmed_total, "charges - refunds = confirmed totals");
+    assert_eq!(confirmed_total, 10 * 700);
+}
