@@ -142,7 +142,10 @@ fn jobs(events: usize, aggregates: usize, first_n: i64) -> Vec<Vec<(String, i64)
 }
 
 async fn backlog(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL").fetch_one(pool).await.expect("count")
+    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+        .fetch_one(pool)
+        .await
+        .expect("count")
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -212,7 +215,8 @@ async fn main() {
 
     // 2. relay the backlog.
     let token = CancellationToken::new();
-    let relay_settings = RelaySettings { service: "bench".into(), poll_interval_ms: 100, ..Default::default() };
+    let relay_settings =
+        RelaySettings { service: "bench".into(), poll_interval_ms: 100, ..Default::default() };
     let relay = Relay::new(pool.clone(), &kafka, relay_settings).expect("relay");
     let started = Instant::now();
     let relay_task = tokio::spawn(relay.run(token.clone()));
@@ -229,13 +233,10 @@ async fn main() {
 
     // 3. consume the backlog, then paced writes for latency.
     let probe = Arc::new(Probe::default());
-    let consumer_settings = ConsumerSettings {
-        group_id: "bench".into(),
-        topics: vec!["bench".into()],
-        ..Default::default()
-    };
-    let consumer =
-        Consumer::new(pool.clone(), &kafka, consumer_settings, ProbeHandler(probe.clone())).expect("consumer");
+    let consumer_settings =
+        ConsumerSettings { group_id: "bench".into(), topics: vec!["bench".into()], ..Default::default() };
+    let consumer = Consumer::new(pool.clone(), &kafka, consumer_settings, ProbeHandler(probe.clone()))
+        .expect("consumer");
     let started = Instant::now();
     let consumer_task = tokio::spawn(consumer.run(token.clone()));
     while probe.handled.lock().unwrap().len() < args.events {
@@ -268,7 +269,10 @@ async fn main() {
     }
     let mut latencies: Vec<Duration> = {
         let handled = probe.handled.lock().unwrap();
-        commits.iter().filter_map(|(id, at)| handled.get(id).map(|h| h.saturating_duration_since(*at))).collect()
+        commits
+            .iter()
+            .filter_map(|(id, at)| handled.get(id).map(|h| h.saturating_duration_since(*at)))
+            .collect()
     };
     latencies.sort();
     println!(

@@ -32,10 +32,10 @@
 //! moved to another group member; both may then handle (the inbox makes the
 //! second a no-op) and commit it, which can only cause redelivery, never loss.
 
+use crate::OutboxError;
 use crate::backoff::Backoff;
 use crate::kafka::{self, TopicSettings, headers};
 use crate::metrics as m;
-use crate::OutboxError;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
@@ -268,8 +268,8 @@ impl<H: Handler> Consumer<H> {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false");
         let consumer: StreamConsumer = config.create()?;
-        let dlq: FutureProducer = kafka::client_config(kafka, &[("acks", "all"), ("enable.idempotence", "true")])
-            .create()?;
+        let dlq: FutureProducer =
+            kafka::client_config(kafka, &[("acks", "all"), ("enable.idempotence", "true")]).create()?;
         Ok(Self { pool, kafka: kafka.clone(), settings, handler, consumer: Arc::new(consumer), dlq })
     }
 
@@ -304,7 +304,8 @@ impl<H: Handler> Consumer<H> {
                 (tx, tokio::spawn(Arc::clone(&this).work(rx, shutdown.clone())))
             })
             .collect();
-        let mut lag_tick = tokio::time::interval(Duration::from_millis(this.settings.lag_interval_ms.max(100)));
+        let mut lag_tick =
+            tokio::time::interval(Duration::from_millis(this.settings.lag_interval_ms.max(100)));
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -335,7 +336,11 @@ impl<H: Handler> Consumer<H> {
     }
 
     /// Handles the messages of the partitions routed to this worker, in order.
-    async fn work(self: Arc<Self>, mut rx: tokio::sync::mpsc::Receiver<OwnedMessage>, shutdown: CancellationToken) {
+    async fn work(
+        self: Arc<Self>,
+        mut rx: tokio::sync::mpsc::Receiver<OwnedMessage>,
+        shutdown: CancellationToken,
+    ) {
         loop {
             let msg = tokio::select! {
                 biased;
@@ -509,5 +514,80 @@ impl<H: Handler> Consumer<H> {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::Timestamp;
+    use rdkafka::message::OwnedHeaders;
+
+    fn message(headers: &[(&str, &str)]) -> OwnedMessage {
+        let h = headers
+            .iter()
+            .fold(OwnedHeaders::new(), |h, (key, value)| h.insert(Header { key, value: Some(*value) }));
+        OwnedMessage::new(
+            Some(b"{\"a\":1}".to_vec()),
+            Some(b"key-1".to_vec()),
+            "t.order".into(),
+            Timestamp::NotAvailable,
+            2,
+            41,
+            Some(h),
+        )
+    }
+
+    const ID: &str = "0195f2a4-7c1e-7d2b-9a51-3c2b1d0e9f10";
+
+    #[test]
+    fn parses_the_cloudevents_envelope() {
+        let e = ReceivedEvent::from_message(&message(&[
+            ("ce_id", ID),
+            ("ce_type", "OrderCreated"),
+            ("ce_source", "/sagaworks/order"),
+            ("ce_schemaversion", "2"),
+            ("ce_time", "2026-01-02T03:04:05.123456Z"),
+            ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        ]))
+        .unwrap();
+        assert_eq!(e.id.to_string(), ID);
+        assert_eq!(e.event_type, "OrderCreated");
+        assert_eq!(e.source, "/sagaworks/order");
+        assert_eq!(e.schema_version, 2);
+        assert_eq!(e.aggregate_id, "key-1", "falls back to the key without ce_aggregateid");
+        assert_eq!(e.time.unwrap().to_rfc3339(), "2026-01-02T03:04:05.123456+00:00");
+        assert_eq!(e.traceparent.as_deref(), Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+        assert_eq!((e.topic.as_str(), e.partition, e.offset), ("t.order", 2, 41));
+        assert_eq!(e.header("ce_type"), Some(b"OrderCreated".as_slice()));
+        assert_eq!(e.json::<serde_json::Value>().unwrap()["a"], 1);
+    }
+
+    #[test]
+    fn a_message_without_a_valid_id_or_type_is_poison() {
+        let err = ReceivedEvent::from_message(&message(&[("ce_type", "X")])).unwrap_err();
+        assert_eq!(err, EnvelopeError::Missing("ce_id"));
+        let err = ReceivedEvent::from_message(&message(&[("ce_id", "nope"), ("ce_type", "X")])).unwrap_err();
+        assert_eq!(err, EnvelopeError::Invalid("ce_id", "nope".into()));
+        let err = ReceivedEvent::from_message(&message(&[("ce_id", ID), ("ce_type", "")])).unwrap_err();
+        assert_eq!(err, EnvelopeError::Missing("ce_type"));
+        let err = ReceivedEvent::from_message(&message(&[
+            ("ce_id", ID),
+            ("ce_type", "X"),
+            ("ce_time", "yesterday"),
+        ]))
+        .unwrap_err();
+        assert_eq!(err, EnvelopeError::Invalid("ce_time", "yesterday".into()));
+    }
+
+    #[test]
+    fn a_partition_always_maps_to_the_same_worker() {
+        for p in 0..50 {
+            let w = worker_for("t.order", p, 4);
+            assert!(w < 4);
+            assert_eq!(w, worker_for("t.order", p, 4));
+        }
+        let used: std::collections::HashSet<_> = (0..50).map(|p| worker_for("t.order", p, 4)).collect();
+        assert!(used.len() > 1, "partitions spread over workers");
     }
 }

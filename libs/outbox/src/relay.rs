@@ -292,7 +292,8 @@ impl Relay {
 
         let failed = rows.len() - done.len();
         let service = &self.settings.service;
-        metrics::counter!(m::OUTBOX_PUBLISHED_TOTAL, "service" => service.clone()).increment(done.len() as u64);
+        metrics::counter!(m::OUTBOX_PUBLISHED_TOTAL, "service" => service.clone())
+            .increment(done.len() as u64);
         m_error(service, acked.iter().filter(|ok| !**ok).count() as u64);
         Ok(BatchOutcome {
             full: heads.len() as i64 == limit || rows.len() as i64 == rows_limit,
@@ -384,7 +385,8 @@ impl Relay {
         if let Some(ts) = &row.tracestate {
             h = h.insert(Header { key: headers::TRACESTATE, value: Some(ts.as_str()) });
         }
-        let mut record = FutureRecord::to(topic).key(row.aggregate_id.as_str()).payload(&row.payload).headers(h);
+        let mut record =
+            FutureRecord::to(topic).key(row.aggregate_id.as_str()).payload(&row.payload).headers(h);
         loop {
             match self.producer.send_result(record) {
                 Ok(f) => return Ok(f),

@@ -27,7 +27,12 @@ async fn wait_for_effects(env: &Env, n: i64) {
     .await;
 }
 
-fn start(env: &Env, relay: RelaySettings, consumer: ConsumerSettings, handler: Recorder) -> (Running, Running) {
+fn start(
+    env: &Env,
+    relay: RelaySettings,
+    consumer: ConsumerSettings,
+    handler: Recorder,
+) -> (Running, Running) {
     let r = Relay::new(env.pool.clone(), &env.kafka, relay).unwrap();
     let c = Consumer::new(env.pool.clone(), &env.kafka, consumer, handler).unwrap();
     (Running::spawn(|t| r.run(t)), Running::spawn(|t| c.run(t)))
@@ -81,17 +86,23 @@ async fn two_relays_and_the_inbox_give_one_effect_per_event_in_aggregate_order()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_messages_are_dead_lettered_and_the_consumer_keeps_going() {
     let env = env("consumer_poison").await;
-    let handler = Recorder { script: Script { permanent: vec![2], ..Default::default() }, ..Default::default() };
-    let (relay, consumer) = start(&env, relay_settings(), consumer_settings("g-poison", &["account"]), handler);
+    let handler =
+        Recorder { script: Script { permanent: vec![2], ..Default::default() }, ..Default::default() };
+    let (relay, consumer) =
+        start(&env, relay_settings(), consumer_settings("g-poison", &["account"]), handler);
     credit(&env.pool, "acc-a", 1, true).await;
     wait_for_effects(&env, 1).await;
 
     // Raw, non-CloudEvents messages on every partition (the consumer created the topic).
     let topic = topic_name(&env.kafka, "account");
-    let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &env.kafka.brokers).create().unwrap();
+    let producer: FutureProducer =
+        ClientConfig::new().set("bootstrap.servers", &env.kafka.brokers).create().unwrap();
     for p in 0..3 {
         producer
-            .send(FutureRecord::to(&topic).partition(p).key("raw").payload("not an event"), Duration::from_secs(5))
+            .send(
+                FutureRecord::to(&topic).partition(p).key("raw").payload("not an event"),
+                Duration::from_secs(5),
+            )
             .await
             .unwrap();
     }
@@ -100,12 +111,14 @@ async fn poison_messages_are_dead_lettered_and_the_consumer_keeps_going() {
         credit(&env.pool, agg, 3 + i as i64, true).await;
     }
     wait_for_effects(&env, 5).await;
-    let ns: Vec<i64> = sqlx::query_scalar("SELECT n FROM effects ORDER BY n").fetch_all(&env.pool).await.unwrap();
+    let ns: Vec<i64> =
+        sqlx::query_scalar("SELECT n FROM effects ORDER BY n").fetch_all(&env.pool).await.unwrap();
     assert_eq!(ns, vec![1, 3, 4, 5, 6], "later messages are processed, the poison one is not");
 
     let dlq = read_topic(&env.kafka, &dlq_topic(&topic), WAIT, |m| m.len() >= 4).await;
     assert_eq!(dlq.len(), 4, "three raw messages and one rejected event");
-    let rejected = dlq.iter().find(|m| header(m, "ce_id") == Some(bad.to_string().as_str())).expect("rejected event");
+    let rejected =
+        dlq.iter().find(|m| header(m, "ce_id") == Some(bad.to_string().as_str())).expect("rejected event");
     assert!(header(rejected, "dlq_error").unwrap().contains("event 2 is marked bad"));
     assert_eq!(header(rejected, "dlq_attempts"), Some("1"), "permanent errors are not retried");
     assert_eq!(header(rejected, "dlq_original_topic"), Some(topic.as_str()));
@@ -114,7 +127,8 @@ async fn poison_messages_are_dead_lettered_and_the_consumer_keeps_going() {
     assert!(header(rejected, "dlq_original_offset").unwrap().parse::<i64>().is_ok());
     let raw: Vec<_> = dlq.iter().filter(|m| m.key() == Some(b"raw".as_slice())).collect();
     assert_eq!(raw.len(), 3);
-    let mut partitions: Vec<&str> = raw.iter().map(|m| header(m, "dlq_original_partition").unwrap()).collect();
+    let mut partitions: Vec<&str> =
+        raw.iter().map(|m| header(m, "dlq_original_partition").unwrap()).collect();
     partitions.sort();
     assert_eq!(partitions, vec!["0", "1", "2"]);
     for m in raw {
@@ -142,16 +156,27 @@ async fn retryable_errors_are_retried_then_succeed_once_or_are_dead_lettered_aft
     // here it is set on the writing transaction itself.)
     let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let mut tx = env.pool.begin().await.unwrap();
-    let event = sagaworks_outbox::NewEvent::new("account", "acc-a", "AccountCredited",
-        serde_json::json!({ "account": "acc-a", "n": 1 })).unwrap();
+    let event = sagaworks_outbox::NewEvent::new(
+        "account",
+        "acc-a",
+        "AccountCredited",
+        serde_json::json!({ "account": "acc-a", "n": 1 }),
+    )
+    .unwrap();
     let first = sagaworks_outbox::OutboxWriter::new("test").write(&mut tx, event).await.unwrap();
-    sqlx::query("UPDATE outbox SET traceparent = $1 WHERE id = $2").bind(tp).bind(first).execute(&mut *tx).await.unwrap();
+    sqlx::query("UPDATE outbox SET traceparent = $1 WHERE id = $2")
+        .bind(tp)
+        .bind(first)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     let doomed = credit(&env.pool, "acc-b", 2, true).await;
     credit(&env.pool, "acc-b", 3, true).await;
     wait_for_effects(&env, 2).await;
 
-    let ns: Vec<i64> = sqlx::query_scalar("SELECT n FROM effects ORDER BY k").fetch_all(&env.pool).await.unwrap();
+    let ns: Vec<i64> =
+        sqlx::query_scalar("SELECT n FROM effects ORDER BY k").fetch_all(&env.pool).await.unwrap();
     assert!(ns.contains(&1) && ns.contains(&3) && ns.len() == 2, "{ns:?}");
     assert_eq!(attempts.lock().unwrap()[&first], 3, "succeeded on the third attempt");
     assert_eq!(attempts.lock().unwrap()[&doomed], 4, "gave up after max_attempts");
@@ -199,6 +224,17 @@ async fn redelivered_events_change_nothing() {
             && l.ends_with(" 5")),
         "{text}"
     );
+    // consumer_lag is reported per assigned partition; all caught up by now.
+    sagaworks_test_support::eventually("consumer_lag at 0", WAIT, || async {
+        let text = sagaworks_runtime::metrics::render();
+        let lags: Vec<f64> = text
+            .lines()
+            .filter(|l| l.starts_with("consumer_lag{") && l.contains("group=\"g-redeliver\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        (!lags.is_empty() && lags.iter().all(|l| *l == 0.0)).then_some(())
+    })
+    .await;
     relay.stop().await;
     consumer.stop().await;
 }

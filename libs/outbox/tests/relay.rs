@@ -32,7 +32,8 @@ async fn committed_event_is_published_with_key_headers_and_payload_and_rolled_ba
     assert!(ids.contains(&marker.to_string().as_str()), "marker published: {ids:?}");
     assert!(!ids.contains(&rolled_back.to_string().as_str()), "rolled-back event must never be published");
 
-    let m = msgs.iter().find(|m| header(m, "ce_id") == Some(committed.to_string().as_str())).expect("committed");
+    let m =
+        msgs.iter().find(|m| header(m, "ce_id") == Some(committed.to_string().as_str())).expect("committed");
     assert_eq!(m.key(), Some(b"acc-1".as_slice()));
     assert_eq!(header(m, "ce_type"), Some("AccountCredited"));
     assert_eq!(header(m, "ce_source"), Some("/sagaworks/test"));
@@ -78,7 +79,8 @@ async fn events_written_while_the_broker_is_down_arrive_in_order_once_it_is_back
     })
     .await;
     let per_aggregate = assert_per_aggregate_order(&msgs);
-    let total: usize = per_aggregate.iter().filter(|(k, _)| k.starts_with("acc-")).map(|(_, v)| v.len()).sum();
+    let total: usize =
+        per_aggregate.iter().filter(|(k, _)| k.starts_with("acc-")).map(|(_, v)| v.len()).sum();
     assert_eq!(total, 20, "every event written during the outage arrived: {per_aggregate:?}");
     eventually_empty_backlog(&env).await;
     running.stop().await;
@@ -232,13 +234,20 @@ async fn metrics_backlog_gauge_equals_the_unpublished_count() {
                 .and_then(|l| l.rsplit(' ').next())
                 .and_then(|v| v.parse().ok())
         };
-        (value("outbox_backlog"), value("outbox_oldest_unpublished_age_seconds"), value("outbox_published_total"))
+        (
+            value("outbox_backlog"),
+            value("outbox_oldest_unpublished_age_seconds"),
+            value("outbox_published_total"),
+        )
     };
 
     for n in 1..=5 {
         credit(&env.pool, &format!("acc-{n}"), n, true).await;
     }
-    sqlx::query("UPDATE outbox SET created_at = now() - interval '10 seconds'").execute(&env.pool).await.unwrap();
+    sqlx::query("UPDATE outbox SET created_at = now() - interval '10 seconds'")
+        .execute(&env.pool)
+        .await
+        .unwrap();
     let (backlog, age, _) = scrape().await;
     assert_eq!(backlog, Some(5.0));
     assert!(age.unwrap() >= 10.0, "{age:?}");

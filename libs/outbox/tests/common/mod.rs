@@ -33,7 +33,10 @@ pub async fn env(prefix: &str) -> Env {
     let db = TestDatabase::create(prefix).await;
     let pool = sqlx::postgres::PgPoolOptions::new().max_connections(10).connect(&db.url).await.unwrap();
     sagaworks_runtime::db::migrate(&pool, &mut [sagaworks_outbox::migrator()]).await.unwrap();
-    sqlx::query("CREATE TABLE accounts (id TEXT PRIMARY KEY, balance BIGINT NOT NULL)").execute(&pool).await.unwrap();
+    sqlx::query("CREATE TABLE accounts (id TEXT PRIMARY KEY, balance BIGINT NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
     // The handlers' side effect: one row per handled event, no unique key, so a
     // second handling would show as a second row.
     sqlx::query("CREATE TABLE effects (k BIGSERIAL, event_id UUID NOT NULL, aggregate_id TEXT NOT NULL, n BIGINT NOT NULL)")
@@ -138,7 +141,11 @@ pub async fn read_topic(
 }
 
 pub fn header<'a>(m: &'a OwnedMessage, name: &str) -> Option<&'a str> {
-    m.headers()?.iter().find(|h| h.key == name).and_then(|h| h.value).and_then(|v| std::str::from_utf8(v).ok())
+    m.headers()?
+        .iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value)
+        .and_then(|v| std::str::from_utf8(v).ok())
 }
 
 pub fn payload_json(m: &OwnedMessage) -> serde_json::Value {
