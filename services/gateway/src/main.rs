@@ -3,9 +3,11 @@
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let settings: gateway::config::Settings = sagaworks_config::load()?;
+    let telemetry = sagaworks_telemetry::init("gateway", env!("CARGO_PKG_VERSION"), &settings.telemetry)?;
     let shutdown = sagaworks_runtime::shutdown::on_signal();
     let app = gateway::startup::Application::build(settings).await?;
     tracing::info!(port = app.port(), "gateway listening");
-    app.run_until_stopped(shutdown).await?;
-    Ok(())
+    let result = app.run_until_stopped(shutdown).await;
+    telemetry.shutdown().await?;
+    Ok(result?)
 }

@@ -6,6 +6,8 @@ use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceCl
 use sagaworks_proto::order::v1::order_service_client::OrderServiceClient;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use sagaworks_runtime::health::Readiness;
+use sagaworks_telemetry::grpc::ClientTraceLayer;
+use tower::Layer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -29,10 +31,13 @@ impl Application {
         let listener = sagaworks_runtime::bind(&settings.http)
             .await
             .map_err(|source| StartupError::Bind { address: settings.http.address(), source })?;
+        let traced = ClientTraceLayer::default();
         let state = AppState {
-            order: OrderServiceClient::new(sagaworks_resilience::channel("order", &settings.order)?),
-            inventory: InventoryServiceClient::new(sagaworks_resilience::channel("inventory", &settings.inventory)?),
-            payment: PaymentServiceClient::new(sagaworks_resilience::channel("payment", &settings.payment)?),
+            order: OrderServiceClient::new(traced.layer(sagaworks_resilience::channel("order", &settings.order)?)),
+            inventory: InventoryServiceClient::new(
+                traced.layer(sagaworks_resilience::channel("inventory", &settings.inventory)?),
+            ),
+            payment: PaymentServiceClient::new(traced.layer(sagaworks_resilience::channel("payment", &settings.payment)?)),
             settings: settings.api.clone(),
         };
         Ok(Self { listener, state })
@@ -44,7 +49,9 @@ impl Application {
 
     /// The whole HTTP surface, for tests that drive it without a socket.
     pub fn router(state: AppState) -> axum::Router {
-        api::router(state).merge(Readiness::new().router())
+        api::router(state)
+            .merge(Readiness::new().router())
+            .layer(sagaworks_telemetry::http::ServerTraceLayer::default())
     }
 
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {

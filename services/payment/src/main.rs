@@ -3,9 +3,11 @@
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let settings: payment::config::Settings = sagaworks_config::load()?;
+    let telemetry = sagaworks_telemetry::init("payment", env!("CARGO_PKG_VERSION"), &settings.telemetry)?;
     let shutdown = sagaworks_runtime::shutdown::on_signal();
     let app = payment::startup::Application::build(settings).await?;
     tracing::info!(grpc = app.grpc_port(), http = app.http_port(), "payment listening");
-    app.run_until_stopped(shutdown).await?;
-    Ok(())
+    let result = app.run_until_stopped(shutdown).await;
+    telemetry.shutdown().await?;
+    Ok(result?)
 }

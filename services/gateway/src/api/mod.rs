@@ -12,14 +12,18 @@ use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceCl
 use sagaworks_proto::order::v1::order_service_client::OrderServiceClient;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use sagaworks_resilience::ResilientChannel;
+use sagaworks_telemetry::grpc::ClientTrace;
+
+/// A downstream channel: the resilience stack, each call traced.
+pub type Channel = ClientTrace<ResilientChannel>;
 use utoipa::OpenApi;
 
 /// What every handler gets: one resilient client per downstream.
 #[derive(Clone)]
 pub struct AppState {
-    pub order: OrderServiceClient<ResilientChannel>,
-    pub inventory: InventoryServiceClient<ResilientChannel>,
-    pub payment: PaymentServiceClient<ResilientChannel>,
+    pub order: OrderServiceClient<Channel>,
+    pub inventory: InventoryServiceClient<Channel>,
+    pub payment: PaymentServiceClient<Channel>,
     pub settings: ApiSettings,
 }
 

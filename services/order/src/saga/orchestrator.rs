@@ -19,6 +19,11 @@ use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceCl
 use sagaworks_proto::payment::v1 as pay;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use sagaworks_resilience::{Rejection, ResilientChannel};
+use sagaworks_telemetry::grpc::{ClientTrace, ClientTraceLayer};
+use tower::Layer;
+
+/// A participant channel: the resilience stack, each call traced.
+type Channel = ClientTrace<ResilientChannel>;
 use sqlx::{FromRow, PgPool};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,8 +91,8 @@ struct State {
 
 struct Inner {
     pool: PgPool,
-    inventory: InventoryServiceClient<ResilientChannel>,
-    payment: PaymentServiceClient<ResilientChannel>,
+    inventory: InventoryServiceClient<Channel>,
+    payment: PaymentServiceClient<Channel>,
     outbox: OutboxWriter,
     settings: SagaSettings,
     owner: String,
@@ -118,8 +123,8 @@ impl Orchestrator {
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
-                inventory: InventoryServiceClient::new(inventory),
-                payment: PaymentServiceClient::new(payment),
+                inventory: InventoryServiceClient::new(ClientTraceLayer::default().layer(inventory)),
+                payment: PaymentServiceClient::new(ClientTraceLayer::default().layer(payment)),
                 outbox: OutboxWriter::new("order"),
                 settings,
                 owner,
