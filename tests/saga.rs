@@ -29,8 +29,12 @@ async fn happy_path_confirms_reserves_and_charges() {
         steps(&order),
         pairs(&[("reserve_stock", "SUCCEEDED"), ("charge_payment", "SUCCEEDED"), ("confirm_order", "SUCCEEDED")])
     );
-    assert_eq!(stack.stock(&product).await, (8, 2, 0), "reserved until OrderConfirmed is consumed");
     assert_eq!(stack.balance(&customer).await, 9_500);
+    // Inventory consumes OrderConfirmed from Kafka and turns the reservation into a sale.
+    sagaworks_test_support::eventually("reservation committed", std::time::Duration::from_secs(30), || async {
+        (stack.stock(&product).await == (8, 0, 2)).then_some(())
+    })
+    .await;
 
     let id = order["order_id"].as_str().unwrap();
     let (status, fetched) = stack.get(&format!("/v1/orders/{id}")).await;
@@ -41,6 +45,19 @@ async fn happy_path_confirms_reserves_and_charges() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(saga["status"], "COMPLETED");
     assert!(saga["steps"][0]["started_at"].is_string() && saga["steps"][0]["finished_at"].is_string());
+
+    // The order's timeline is fed from every service's events on Kafka.
+    let timeline = sagaworks_test_support::eventually("timeline", std::time::Duration::from_secs(30), || async {
+        let (_, o) = stack.get(&format!("/v1/orders/{id}")).await;
+        let types: Vec<String> =
+            o["timeline"].as_array()?.iter().map(|e| e["event_type"].as_str().unwrap().to_string()).collect();
+        ["OrderCreated", "StockReserved", "PaymentCharged", "OrderConfirmed", "StockCommitted"]
+            .iter()
+            .all(|t| types.iter().any(|x| x == t))
+            .then_some(types)
+    })
+    .await;
+    assert_eq!(timeline.iter().filter(|t| *t == "OrderConfirmed").count(), 1, "deduplicated: {timeline:?}");
 
     let (status, list) = stack.get(&format!("/v1/orders?customer_id={customer}")).await;
     assert_eq!(status, StatusCode::OK);
@@ -227,7 +244,9 @@ async fn replicas_do_not_run_a_saga_twice() {
     }
     stack.order.kill();
     // Two fresh replicas race for the 20 sagas.
-    let settings = || system_tests::order_settings(&stack.order_db, &stack.inventory.grpc_url(), &stack.payment.grpc_url());
+    let settings = || {
+        system_tests::order_settings(&stack.order_db, &stack.kafka, &stack.inventory.grpc_url(), &stack.payment.grpc_url())
+    };
     let _a = system_tests::start_order(settings()).await;
     let _b = system_tests::start_order(settings()).await;
     stack.restart_order(|_| {}).await;

@@ -6,9 +6,9 @@
 //! aborted, as in a crash) and started again on the same database and port.
 
 use reqwest::StatusCode;
-use sagaworks_config::ListenSettings;
+use sagaworks_config::{KafkaSettings, ListenSettings};
 use sagaworks_resilience::ClientSettings;
-use sagaworks_test_support::TestDatabase;
+use sagaworks_test_support::{Broker, TestDatabase};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -69,11 +69,12 @@ pub fn client(url: &str) -> ClientSettings {
     c
 }
 
-pub async fn start_inventory(db: &TestDatabase, grpc_port: u16) -> Running {
+pub async fn start_inventory(db: &TestDatabase, kafka: &KafkaSettings, grpc_port: u16) -> Running {
     let settings = inventory::config::Settings {
         grpc: local(grpc_port),
         http: local(0),
         database: db.settings(),
+        kafka: kafka.clone(),
         ..Default::default()
     };
     let app = inventory::startup::Application::build(settings).await.expect("inventory starts");
@@ -81,20 +82,31 @@ pub async fn start_inventory(db: &TestDatabase, grpc_port: u16) -> Running {
     Running::spawn(g, h, |t| async move { app.run_until_stopped(t).await.expect("inventory runs") })
 }
 
-pub async fn start_payment(db: &TestDatabase, grpc_port: u16) -> Running {
-    let settings =
-        payment::config::Settings { grpc: local(grpc_port), http: local(0), database: db.settings(), ..Default::default() };
+pub async fn start_payment(db: &TestDatabase, kafka: &KafkaSettings, grpc_port: u16) -> Running {
+    let settings = payment::config::Settings {
+        grpc: local(grpc_port),
+        http: local(0),
+        database: db.settings(),
+        kafka: kafka.clone(),
+        ..Default::default()
+    };
     let app = payment::startup::Application::build(settings).await.expect("payment starts");
     let (g, h) = (app.grpc_port(), app.http_port());
     Running::spawn(g, h, |t| async move { app.run_until_stopped(t).await.expect("payment runs") })
 }
 
 /// Order settings for tests: short leases and polls so resumption is quick.
-pub fn order_settings(db: &TestDatabase, inventory_url: &str, payment_url: &str) -> order::config::Settings {
+pub fn order_settings(
+    db: &TestDatabase,
+    kafka: &KafkaSettings,
+    inventory_url: &str,
+    payment_url: &str,
+) -> order::config::Settings {
     let mut s = order::config::Settings {
         grpc: local(0),
         http: local(0),
         database: db.settings(),
+        kafka: kafka.clone(),
         inventory: client(inventory_url),
         payment: client(payment_url),
         ..Default::default()
@@ -131,6 +143,8 @@ pub async fn start_gateway(order_url: &str, inventory_url: &str, payment_url: &s
 
 /// The whole system.
 pub struct Stack {
+    pub broker: Broker,
+    pub kafka: KafkaSettings,
     pub order_db: TestDatabase,
     pub inventory_db: TestDatabase,
     pub payment_db: TestDatabase,
@@ -154,14 +168,16 @@ impl Stack {
             TestDatabase::create("inventory"),
             TestDatabase::create("payment")
         );
-        let inventory = start_inventory(&inventory_db, 0).await;
-        let payment = start_payment(&payment_db, 0).await;
-        let mut settings = order_settings(&order_db, &inventory.grpc_url(), &payment.grpc_url());
+        let broker = Broker::start().await;
+        let kafka = broker.kafka_settings();
+        let inventory = start_inventory(&inventory_db, &kafka, 0).await;
+        let payment = start_payment(&payment_db, &kafka, 0).await;
+        let mut settings = order_settings(&order_db, &kafka, &inventory.grpc_url(), &payment.grpc_url());
         tweak(&mut settings);
         let order = start_order(settings).await;
         let gateway = start_gateway(&order.grpc_url(), &inventory.grpc_url(), &payment.grpc_url()).await;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
-        Self { order_db, inventory_db, payment_db, inventory, payment, order, gateway, http }
+        Self { broker, kafka, order_db, inventory_db, payment_db, inventory, payment, order, gateway, http }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -172,7 +188,8 @@ impl Stack {
     /// database and port.
     pub async fn restart_order(&mut self, tweak: impl FnOnce(&mut order::config::Settings)) {
         self.order.kill();
-        let mut settings = order_settings(&self.order_db, &self.inventory.grpc_url(), &self.payment.grpc_url());
+        let mut settings =
+            order_settings(&self.order_db, &self.kafka, &self.inventory.grpc_url(), &self.payment.grpc_url());
         settings.grpc.port = self.order.grpc_port;
         tweak(&mut settings);
         // The killed server's socket may linger for a moment.

@@ -74,6 +74,7 @@ pub mod health;
 pub mod kafka;
 pub mod metrics;
 pub mod relay;
+pub mod service;
 pub mod writer;
 
 pub use consumer::{Consumer, ConsumerSettings, EnvelopeError, Handler, HandlerError, ReceivedEvent};

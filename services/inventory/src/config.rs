@@ -2,6 +2,7 @@
 //! named in `APP_CONFIG_FILE` and `APP_*` variables (see `sagaworks_config`).
 
 use sagaworks_config::{DatabaseSettings, KafkaSettings, ListenSettings, TelemetrySettings};
+use sagaworks_outbox::{ConsumerSettings, RelaySettings};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -13,6 +14,10 @@ pub struct Settings {
     pub database: DatabaseSettings,
     pub kafka: KafkaSettings,
     pub telemetry: TelemetrySettings,
+    /// The outbox relay (runs in this process unless `outbox.enabled = false`).
+    pub outbox: RelaySettings,
+    /// The Kafka consumer of this service's events of interest.
+    pub consumer: ConsumerSettings,
 }
 
 impl Default for Settings {
@@ -26,6 +31,12 @@ impl Default for Settings {
             },
             kafka: KafkaSettings::default(),
             telemetry: TelemetrySettings::default(),
+            outbox: RelaySettings { service: "inventory".into(), ..Default::default() },
+            consumer: ConsumerSettings {
+                group_id: "inventory".into(),
+                topics: vec!["order"].into_iter().map(String::from).collect(),
+                ..Default::default()
+            },
         }
     }
 }

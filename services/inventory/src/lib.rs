@@ -8,10 +8,12 @@
 //! * [`startup`]: [`startup::Application`], built by `main` and by tests.
 //! * [`grpc`]: request validation and mapping to the protobuf contract.
 //! * [`stock`]: the stock rules, on the database.
+//! * [`events`]: turning reservations into sales on `OrderConfirmed`.
 //! * [`error`]: errors and their one mapping to gRPC codes.
 
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod grpc;
 pub mod startup;
 pub mod stock;

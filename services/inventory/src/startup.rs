@@ -1,12 +1,22 @@
 //! Builds and runs the inventory service: database, gRPC API, health.
 
 use crate::config::Settings;
+use crate::events::OrderEvents;
 use crate::grpc::Inventory;
+use sagaworks_outbox::service;
 use sagaworks_proto::inventory::v1::inventory_service_server::InventoryServiceServer;
 use sagaworks_runtime::health::Readiness;
 use sagaworks_runtime::host::{HostError, ServiceHost};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error(transparent)]
+    Messaging(#[from] sagaworks_outbox::OutboxError),
+}
 
 /// A bound, migrated, not yet serving inventory service.
 pub struct Application {
@@ -16,7 +26,7 @@ pub struct Application {
 
 impl Application {
     /// Connects, migrates and binds both ports (0 = any free port).
-    pub async fn build(settings: Settings) -> Result<Self, HostError> {
+    pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let migrations = vec![sqlx::migrate!("../../migrations/inventory"), sagaworks_outbox::migrator()];
         let host = ServiceHost::build(&settings.database, migrations, &settings.grpc, &settings.http).await?;
         Ok(Self { settings, host })
@@ -39,9 +49,13 @@ impl Application {
     }
 
     /// Serves until `shutdown` is cancelled, then drains and returns.
-    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), HostError> {
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
+        let s = &self.settings;
         let pool = self.host.pool().clone();
-        let routes = tonic::service::Routes::new(InventoryServiceServer::new(Inventory::new(pool)));
-        self.host.run(routes, Readiness::new(), vec![], shutdown).await
+        let routes = tonic::service::Routes::new(InventoryServiceServer::new(Inventory::new(pool.clone())));
+        let readiness = service::readiness(Readiness::new(), &pool, &s.kafka, &s.outbox)?;
+        let mut tasks = service::relay_task(&pool, &s.kafka, &s.outbox, &shutdown)?;
+        tasks.push(service::consumer_task(&pool, &s.kafka, &s.consumer, OrderEvents::new(), &shutdown)?);
+        Ok(self.host.run(routes, readiness, tasks, shutdown).await?)
     }
 }

@@ -3,6 +3,7 @@
 
 use sagaworks_config::{DatabaseSettings, KafkaSettings, ListenSettings, TelemetrySettings};
 use sagaworks_resilience::ClientSettings;
+use sagaworks_outbox::{ConsumerSettings, RelaySettings};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -14,6 +15,10 @@ pub struct Settings {
     pub database: DatabaseSettings,
     pub kafka: KafkaSettings,
     pub telemetry: TelemetrySettings,
+    /// The outbox relay (runs in this process unless `outbox.enabled = false`).
+    pub outbox: RelaySettings,
+    /// The Kafka consumer of this service's events of interest.
+    pub consumer: ConsumerSettings,
     /// The inventory service (saga participant).
     pub inventory: ClientSettings,
     /// The payment service (saga participant).
@@ -32,6 +37,12 @@ impl Default for Settings {
             },
             kafka: KafkaSettings::default(),
             telemetry: TelemetrySettings::default(),
+            outbox: RelaySettings { service: "order".into(), ..Default::default() },
+            consumer: ConsumerSettings {
+                group_id: "order-timeline".into(),
+                topics: vec!["order", "reservation", "payment"].into_iter().map(String::from).collect(),
+                ..Default::default()
+            },
             inventory: ClientSettings::with_url("http://127.0.0.1:50052"),
             payment: ClientSettings::with_url("http://127.0.0.1:50053"),
             saga: SagaSettings::default(),

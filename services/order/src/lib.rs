@@ -11,6 +11,7 @@
 //! * [`grpc`]: the API.
 //! * [`orders`]: orders, items, saga records and the timeline, on the database.
 //! * [`saga`]: the saga's rules, its orchestrator and its worker.
+//! * [`timeline`]: the per-order event timeline, fed from Kafka.
 //! * [`error`]: errors and their one mapping to gRPC codes.
 
 pub mod config;
@@ -19,3 +20,4 @@ pub mod grpc;
 pub mod orders;
 pub mod saga;
 pub mod startup;
+pub mod timeline;

@@ -3,6 +3,8 @@
 
 use crate::config::Settings;
 use crate::grpc::Orders;
+use crate::timeline::Timeline;
+use sagaworks_outbox::service;
 use crate::saga::{orchestrator::Orchestrator, worker};
 use sagaworks_proto::order::v1::order_service_server::OrderServiceServer;
 use sagaworks_runtime::health::Readiness;
@@ -18,6 +20,8 @@ pub enum StartupError {
     Client(#[from] sagaworks_resilience::ResilienceError),
     #[error("invalid saga settings: {0}")]
     Saga(String),
+    #[error(transparent)]
+    Messaging(#[from] sagaworks_outbox::OutboxError),
 }
 
 /// A bound, migrated, not yet serving order service.
@@ -61,13 +65,18 @@ impl Application {
         let orders = Orders::new(pool.clone(), self.orchestrator.clone(), shutdown.clone());
         let routes = tonic::service::Routes::new(OrderServiceServer::new(orders));
         let saga_worker: Task = Box::pin({
-            let shutdown = shutdown.clone();
+            let (orchestrator, pool, shutdown) = (self.orchestrator.clone(), pool.clone(), shutdown.clone());
             async move {
-                worker::run(self.orchestrator, pool, shutdown).await;
+                worker::run(orchestrator, pool, shutdown).await;
                 Ok(())
             }
         });
-        self.host.run(routes, Readiness::new(), vec![("saga worker", saga_worker)], shutdown).await?;
+        let s = &self.settings;
+        let readiness = service::readiness(Readiness::new(), &pool, &s.kafka, &s.outbox)?;
+        let mut tasks = service::relay_task(&pool, &s.kafka, &s.outbox, &shutdown)?;
+        tasks.push(service::consumer_task(&pool, &s.kafka, &s.consumer, Timeline, &shutdown)?);
+        tasks.push(("saga worker", saga_worker));
+        self.host.run(routes, readiness, tasks, shutdown).await?;
         Ok(())
     }
 }

@@ -2,6 +2,7 @@
 //! named in `APP_CONFIG_FILE` and `APP_*` variables (see `sagaworks_config`).
 
 use sagaworks_config::{DatabaseSettings, KafkaSettings, ListenSettings, TelemetrySettings};
+use sagaworks_outbox::RelaySettings;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -13,6 +14,8 @@ pub struct Settings {
     pub database: DatabaseSettings,
     pub kafka: KafkaSettings,
     pub telemetry: TelemetrySettings,
+    /// The outbox relay (runs in this process unless `outbox.enabled = false`).
+    pub outbox: RelaySettings,
 }
 
 impl Default for Settings {
@@ -26,6 +29,7 @@ impl Default for Settings {
             },
             kafka: KafkaSettings::default(),
             telemetry: TelemetrySettings::default(),
+            outbox: RelaySettings { service: "payment".into(), ..Default::default() },
         }
     }
 }
