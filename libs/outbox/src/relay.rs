@@ -77,9 +77,12 @@ const PURGE_CHUNK: i64 = 10_000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RelaySettings {
-    /// Run the relay in this process.
+    /// Run the relay in this process (`relay_enabled` is accepted too, the
+    /// name in docs/design.md).
+    #[serde(alias = "relay_enabled")]
     pub enabled: bool,
-    /// The `service` label of the relay's metrics, e.g. `order`.
+    /// The `service` label of the relay's metrics, e.g. `order`; set it when
+    /// wiring (the default is `unknown`).
     pub service: String,
     /// Fallback polling when no NOTIFY arrives.
     pub poll_interval_ms: u64,
@@ -465,5 +468,20 @@ pub async fn purge(pool: &PgPool, retention_hours: i64) -> Result<u64, sqlx::Err
         if (n as i64) < PURGE_CHUNK {
             return Ok(total);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_default_and_accept_the_design_doc_key() {
+        let s: RelaySettings = serde_json::from_str(r#"{"relay_enabled": false, "batch_size": 50}"#).unwrap();
+        assert!(!s.enabled);
+        assert_eq!(s.batch_size, 50);
+        assert_eq!(s.poll_interval_ms, 1_000, "missing keys keep their defaults");
+        assert_eq!(s.retention_hours, 24);
+        assert!(RelaySettings::default().enabled);
     }
 }
