@@ -46,6 +46,8 @@ impl ServiceHost {
         grpc: &ListenSettings,
         http: &ListenSettings,
     ) -> Result<Self, HostError> {
+        // Before anything records a metric, so nothing recorded is lost.
+        crate::metrics::handle();
         let pool = db::pool(database)?;
         if database.migrate {
             db::migrate(&pool, &mut migrators).await?;
