@@ -107,7 +107,10 @@ mod tests {
         release_first.send(()).unwrap();
         assert!(first.await.unwrap().is_ok());
         let third = tokio::spawn(svc.clone().oneshot(path("GetStock")));
-        let release_third = releases.recv().await.unwrap();
+        let release_third = tokio::time::timeout(Duration::from_secs(1), releases.recv())
+            .await
+            .expect("the third call reached the inner service")
+            .unwrap();
         release_second.send(()).unwrap();
         release_third.send(()).unwrap();
         assert!(second.await.unwrap().is_ok());

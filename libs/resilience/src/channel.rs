@@ -169,6 +169,36 @@ mod tests {
         assert!(matches!(crate::rejection(&status), Some(Rejection::CircuitOpen { .. })), "{status:?}");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn calls_retries_rejections_and_breaker_transitions_are_exported() {
+        // A unique downstream name keeps this test's series apart even in a shared process.
+        const NAME: &str = "metrics-test";
+        let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder().unwrap();
+        let settings = ClientSettings {
+            retry: RetrySettings { max_attempts: 3, ..Default::default() },
+            breaker: BreakerSettings { sliding_window_size: 4, minimum_calls: 4, ..Default::default() },
+            ..Default::default()
+        };
+        let channel = stack(NAME, &settings, unavailable_transport(Arc::new(AtomicUsize::new(0))));
+        let req = || Request::builder().uri("http://x/svc/GetStock").body(Body::empty()).unwrap();
+        let _ = channel.clone().oneshot(req()).await;
+        let _ = channel.clone().oneshot(req()).await;
+
+        let text = prometheus.render();
+        let d = format!("downstream=\"{NAME}\"");
+        for series in [
+            format!("resilience_calls_total{{{d},outcome=\"unavailable\"}} 1"),
+            format!("resilience_calls_total{{{d},outcome=\"circuit_open\"}} 1"),
+            format!("resilience_retries_total{{{d}}} 3"),
+            format!("resilience_rejections_total{{{d},reason=\"circuit_open\"}} 1"),
+            format!("resilience_breaker_transitions_total{{{d},from=\"closed\",to=\"open\"}} 1"),
+            format!("resilience_breaker_state{{{d}}} 1"),
+            format!("resilience_call_duration_seconds_count{{{d}}} 2"),
+        ] {
+            assert!(text.contains(&series), "missing {series} in\n{text}");
+        }
+    }
+
     #[test]
     fn invalid_settings_and_urls_are_typed_errors() {
         let bad = ClientSettings { timeout_ms: 0, ..Default::default() };
