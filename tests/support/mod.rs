@@ -111,7 +111,9 @@ pub fn order_settings(
         payment: client(payment_url),
         ..Default::default()
     };
-    s.saga.lease_ms = 1_500;
+    // Longer than a step's worst case here (3 attempts of 1 s), so a live
+    // driver never loses its lease; short enough for quick resumption.
+    s.saga.lease_ms = 4_000;
     s.saga.poll_interval_ms = 100;
     s.saga.retry_base_ms = 20;
     s.saga.retry_max_ms = 200;
@@ -129,9 +131,12 @@ pub async fn start_order(settings: order::config::Settings) -> Running {
 }
 
 pub async fn start_gateway(order_url: &str, inventory_url: &str, payment_url: &str) -> Running {
+    let mut order = client(order_url);
+    // CreateOrder waits for the saga (up to `api.order_wait_ms`).
+    order.routes.insert("CreateOrder".into(), 15_000);
     let settings = gateway::config::Settings {
         http: local(0),
-        order: client(order_url),
+        order,
         inventory: client(inventory_url),
         payment: client(payment_url),
         ..Default::default()
@@ -256,7 +261,7 @@ impl Stack {
 
     /// Waits until the order is CONFIRMED or CANCELLED; returns it.
     pub async fn settled(&self, order_id: &str) -> Value {
-        sagaworks_test_support::eventually("order to settle", Duration::from_secs(20), || async {
+        sagaworks_test_support::eventually("order to settle", Duration::from_secs(40), || async {
             let (_, o) = self.get(&format!("/v1/orders/{order_id}")).await;
             matches!(o["status"].as_str(), Some("CONFIRMED" | "CANCELLED")).then_some(o)
         })
