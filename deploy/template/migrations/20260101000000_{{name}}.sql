@@ -1,0 +1,16 @@
+-- {{Name}}'s own database. The outbox and inbox tables come from libs/outbox
+-- (sagaworks_outbox::migrator(), run next to these migrations).
+
+CREATE TABLE items (
+    id         UUID PRIMARY KEY,
+    product_id UUID NOT NULL,
+    name       TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- A read model fed by the consumer (src/events.rs): orders confirmed elsewhere.
+CREATE TABLE confirmed_orders (
+    order_id     UUID PRIMARY KEY,
+    total_cents  BIGINT NOT NULL,
+    confirmed_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);

@@ -1,0 +1,46 @@
+//! {{Name}} settings: defaults for local development, overridden by the file
+//! named in `APP_CONFIG_FILE` and `APP_*` variables (see `sagaworks_config`).
+
+use sagaworks_config::{DatabaseSettings, KafkaSettings, ListenSettings, TelemetrySettings};
+use sagaworks_outbox::{ConsumerSettings, RelaySettings};
+use sagaworks_resilience::ClientSettings;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Settings {
+    pub grpc: ListenSettings,
+    /// Health, readiness and metrics.
+    pub http: ListenSettings,
+    pub database: DatabaseSettings,
+    pub kafka: KafkaSettings,
+    pub telemetry: TelemetrySettings,
+    /// The outbox relay (runs in this process unless `outbox.enabled = false`).
+    pub outbox: RelaySettings,
+    /// The Kafka consumer of this service's events of interest.
+    pub consumer: ConsumerSettings,
+    /// The inventory service, asked whether a product exists (`APP_INVENTORY__URL`).
+    pub inventory: ClientSettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            grpc: ListenSettings::new("127.0.0.1", {{grpc_port}}),
+            http: ListenSettings::new("127.0.0.1", {{http_port}}),
+            database: DatabaseSettings {
+                url: "postgres://{{name}}_svc@127.0.0.1:5432/sagaworks_{{name}}".into(),
+                ..Default::default()
+            },
+            kafka: KafkaSettings::default(),
+            telemetry: TelemetrySettings::default(),
+            outbox: RelaySettings { service: "{{name}}".into(), ..Default::default() },
+            consumer: ConsumerSettings {
+                group_id: "{{name}}".into(),
+                topics: vec!["order".into()],
+                ..Default::default()
+            },
+            inventory: ClientSettings::with_url("http://127.0.0.1:50052"),
+        }
+    }
+}

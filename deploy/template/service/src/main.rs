@@ -1,0 +1,13 @@
+//! `{{name}}`: see the library docs.
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let settings: {{name}}::config::Settings = sagaworks_config::load()?;
+    let telemetry = sagaworks_telemetry::init("{{name}}", env!("CARGO_PKG_VERSION"), &settings.telemetry)?;
+    let shutdown = sagaworks_runtime::shutdown::on_signal();
+    let app = {{name}}::startup::Application::build(settings).await?;
+    tracing::info!(grpc = app.grpc_port(), http = app.http_port(), "{{name}} listening");
+    let result = app.run_until_stopped(shutdown).await;
+    telemetry.shutdown().await?;
+    Ok(result?)
+}

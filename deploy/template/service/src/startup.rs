@@ -1,0 +1,68 @@
+//! Builds and runs the {{name}} service: database, gRPC API, outbox relay,
+//! event consumer, health.
+
+use crate::config::Settings;
+use crate::events::OrderEvents;
+use crate::grpc::Items;
+use crate::pb::{{name}}_service_server::{{Name}}ServiceServer;
+use sagaworks_outbox::service;
+use sagaworks_resilience::ResilientChannel;
+use sagaworks_runtime::health::Readiness;
+use sagaworks_runtime::host::{HostError, ServiceHost};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error("invalid client settings: {0}")]
+    Client(#[from] sagaworks_resilience::ResilienceError),
+    #[error(transparent)]
+    Messaging(#[from] sagaworks_outbox::OutboxError),
+}
+
+/// A bound, migrated, not yet serving {{name}} service.
+pub struct Application {
+    settings: Settings,
+    host: ServiceHost,
+    inventory: ResilientChannel,
+}
+
+impl Application {
+    /// Connects, migrates and binds both ports (0 = any free port).
+    pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        let migrations = vec![sqlx::migrate!("../../migrations/{{name}}"), sagaworks_outbox::migrator()];
+        let host = ServiceHost::build(&settings.database, migrations, &settings.grpc, &settings.http).await?;
+        let inventory = sagaworks_resilience::channel("inventory", &settings.inventory)?;
+        Ok(Self { settings, host, inventory })
+    }
+
+    pub fn grpc_port(&self) -> u16 {
+        self.host.grpc_port()
+    }
+
+    pub fn http_port(&self) -> u16 {
+        self.host.http_port()
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        self.host.pool()
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Serves until `shutdown` is cancelled, then drains and returns.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
+        let s = &self.settings;
+        let pool = self.host.pool().clone();
+        let routes =
+            tonic::service::Routes::new({{Name}}ServiceServer::new(Items::new(pool.clone(), self.inventory)));
+        let readiness = service::readiness(Readiness::new(), &pool, &s.kafka, &s.outbox)?;
+        let mut tasks = service::relay_task(&pool, &s.kafka, &s.outbox, &shutdown)?;
+        tasks.push(service::consumer_task(&pool, &s.kafka, &s.consumer, OrderEvents, &shutdown)?);
+        Ok(self.host.run(routes, readiness, tasks, shutdown).await?)
+    }
+}
