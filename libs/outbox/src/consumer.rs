@@ -259,7 +259,13 @@ impl<H: Handler> Consumer<H> {
         let poll = settings.max_poll_interval_ms.to_string();
         let mut config = kafka::client_config(
             kafka,
-            &[("auto.offset.reset", &settings.auto_offset_reset), ("session.timeout.ms", &session)],
+            &[
+                ("auto.offset.reset", &settings.auto_offset_reset),
+                ("session.timeout.ms", &session),
+                // Caps the wait of an empty fetch: a broker that does not answer
+                // a fetch as soon as data arrives (Tansu) then adds at most this.
+                ("fetch.wait.max.ms", "100"),
+            ],
         );
         // What the processing guarantees rely on: not overridable.
         config

@@ -7,7 +7,9 @@
 //! host.run(routes, readiness, tasks, shutdown).await
 //! ```
 
-use crate::{BrokerCheck, Consumer, ConsumerSettings, Handler, OutboxError, OutboxGauges, Relay, RelaySettings};
+use crate::{
+    BrokerCheck, Consumer, ConsumerSettings, Handler, OutboxError, OutboxGauges, Relay, RelaySettings,
+};
 use sagaworks_config::KafkaSettings;
 use sagaworks_runtime::health::Readiness;
 use sagaworks_runtime::host::Task;
@@ -38,10 +40,13 @@ pub fn relay_task(
     }
     let relay = Relay::new(pool.clone(), kafka, settings.clone())?;
     let shutdown = shutdown.clone();
-    Ok(vec![("outbox relay", Box::pin(async move {
-        relay.run(shutdown).await;
-        Ok(())
-    }))])
+    Ok(vec![(
+        "outbox relay",
+        Box::pin(async move {
+            relay.run(shutdown).await;
+            Ok(())
+        }),
+    )])
 }
 
 /// A consumer group as a host task.
@@ -54,8 +59,11 @@ pub fn consumer_task<H: Handler>(
 ) -> Result<(&'static str, Task), OutboxError> {
     let consumer = Consumer::new(pool.clone(), kafka, settings.clone(), handler)?;
     let shutdown = shutdown.clone();
-    Ok(("event consumer", Box::pin(async move {
-        consumer.run(shutdown).await;
-        Ok(())
-    })))
+    Ok((
+        "event consumer",
+        Box::pin(async move {
+            consumer.run(shutdown).await;
+            Ok(())
+        }),
+    ))
 }
