@@ -2,13 +2,15 @@
 //!
 //! The channel itself is the outermost layer: it counts every logical call
 //! (`resilience_calls_total{downstream,outcome}`) and times it
-//! (`resilience_call_duration_seconds{downstream}`), retries and backoff included.
+//! (`resilience_call_duration_seconds{downstream}`), retries and backoff included, and
+//! marks a failed call with whether it may have been sent (see `sent`).
 
 use crate::body::{BufferBodyLayer, to_tonic_body};
 use crate::breaker::{Breaker, BreakerLayer, CircuitState};
 use crate::bulkhead::BulkheadLayer;
 use crate::outcome::Outcome;
 use crate::retry::RetryPolicy;
+use crate::sent::{self, AttemptLayer};
 use crate::timeout::TimeoutLayer;
 use crate::{BoxError, ClientSettings, ResilienceError};
 use futures::future::BoxFuture;
@@ -63,9 +65,10 @@ impl tower::Service<Request<Body>> for ResilientChannel {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
+    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
         let downstream = self.downstream;
         let started = tokio::time::Instant::now();
+        let maybe_sent = sent::track(&mut req);
         let fut = self.inner.call(req);
         Box::pin(async move {
             let result = fut.await;
@@ -74,7 +77,7 @@ impl tower::Service<Request<Body>> for ResilientChannel {
                 .increment(1);
             metrics::histogram!("resilience_call_duration_seconds", "downstream" => downstream)
                 .record(started.elapsed().as_secs_f64());
-            result
+            sent::mark(result, maybe_sent.get())
         })
     }
 }
@@ -90,7 +93,8 @@ pub fn channel(name: &'static str, settings: &ClientSettings) -> Result<Resilien
 }
 
 /// Wraps `transport` in the stack, outermost first:
-/// metrics -> buffer body -> bulkhead -> retry -> breaker -> timeout -> transport.
+/// metrics + sent mark -> buffer body -> bulkhead -> retry -> breaker -> attempt
+/// (records "maybe sent") -> timeout -> transport.
 /// `settings` must be valid.
 pub(crate) fn stack<T>(name: &'static str, settings: &ClientSettings, transport: T) -> ResilientChannel
 where
@@ -104,6 +108,7 @@ where
         .layer(BulkheadLayer::new(name, settings.bulkhead.max_concurrent_calls))
         .layer(RetryLayer::new(RetryPolicy::new(name, &settings.retry)))
         .layer(BreakerLayer::new(Arc::clone(&breaker)))
+        .layer(AttemptLayer)
         .layer(TimeoutLayer::new(name, Arc::new(settings.clone())))
         .map_request(to_tonic_body)
         .map_err(Into::<BoxError>::into)
@@ -197,6 +202,124 @@ mod tests {
         ] {
             assert!(text.contains(&series), "missing {series} in\n{text}");
         }
+    }
+
+    type Transport = BoxCloneSyncService<Request<Body>, Response<Body>, BoxError>;
+
+    /// A transport whose every attempt runs `attempt` (after `delay`), counting attempts.
+    fn transport(
+        calls: Arc<AtomicUsize>,
+        delay: Duration,
+        attempt: fn() -> Result<Response<Body>, BoxError>,
+    ) -> Transport {
+        BoxCloneSyncService::new(tower::service_fn(move |_req: Request<Body>| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(delay).await;
+                attempt()
+            }
+        }))
+    }
+
+    fn refused() -> Result<Response<Body>, BoxError> {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        Err(Box::new(tonic::ConnectError(Box::new(io))))
+    }
+
+    fn answered() -> Result<Response<Body>, BoxError> {
+        Ok(Response::new(Body::empty()))
+    }
+
+    async fn status_of(channel: &ResilientChannel) -> tonic::Status {
+        let req = Request::builder().uri("http://x/svc/Charge").body(Body::empty()).unwrap();
+        tonic::Status::from_error(channel.clone().oneshot(req).await.unwrap_err())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_connections_are_unavailable_and_never_sent_even_once_the_breaker_opens() {
+        let settings = ClientSettings {
+            retry: RetrySettings { max_attempts: 3, ..Default::default() },
+            breaker: BreakerSettings { sliding_window_size: 4, minimum_calls: 4, ..Default::default() },
+            ..Default::default()
+        };
+        let calls = Arc::new(AtomicUsize::new(0));
+        let channel = stack("payment", &settings, transport(Arc::clone(&calls), Duration::ZERO, refused));
+
+        let status = status_of(&channel).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert_eq!(crate::rejection(&status), None);
+        assert!(crate::never_sent(&status), "{status:?}");
+
+        // 4th refused attempt opens it; the retry is rejected: still nothing sent.
+        let status = status_of(&channel).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+        assert!(matches!(crate::rejection(&status), Some(Rejection::CircuitOpen { .. })), "{status:?}");
+        assert!(crate::never_sent(&status), "{status:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timed_out_attempt_may_have_been_sent_even_if_the_breaker_then_cuts_the_retries() {
+        let settings = ClientSettings {
+            timeout_ms: 100,
+            retry: RetrySettings { max_attempts: 3, ..Default::default() },
+            breaker: BreakerSettings { sliding_window_size: 1, minimum_calls: 1, ..Default::default() },
+            ..Default::default()
+        };
+        let calls = Arc::new(AtomicUsize::new(0));
+        let slow = transport(Arc::clone(&calls), Duration::from_millis(200), answered);
+        let channel = stack("payment", &settings, slow);
+
+        let status = status_of(&channel).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "the timeout opened it, the retry was rejected");
+        assert!(matches!(crate::rejection(&status), Some(Rejection::CircuitOpen { .. })), "{status:?}");
+        assert!(!crate::never_sent(&status), "the timed-out attempt may have reached it: {status:?}");
+
+        let status = status_of(&channel).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert!(crate::never_sent(&status), "rejected before any attempt: {status:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_and_an_answer_of_the_downstream_may_have_been_sent() {
+        let settings = ClientSettings {
+            timeout_ms: 100,
+            retry: RetrySettings { max_attempts: 2, ..Default::default() },
+            ..Default::default()
+        };
+        let calls = Arc::new(AtomicUsize::new(0));
+        let slow = transport(Arc::clone(&calls), Duration::from_millis(200), answered);
+        let status = status_of(&stack("payment", &settings, slow)).await;
+        assert_eq!(crate::rejection(&status), Some(Rejection::Timeout));
+        assert!(!crate::never_sent(&status), "{status:?}");
+
+        let unavailable = stack("payment", &settings, unavailable_transport(Arc::new(AtomicUsize::new(0))));
+        let req = Request::builder().uri("http://x/svc/Charge").body(Body::empty()).unwrap();
+        let response = unavailable.oneshot(req).await.unwrap();
+        let status = tonic::Status::from_header_map(response.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(!crate::never_sent(&status), "{status:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_shed_by_the_bulkhead_was_never_sent() {
+        let settings = ClientSettings {
+            bulkhead: crate::BulkheadSettings { max_concurrent_calls: 1 },
+            ..Default::default()
+        };
+        let calls = Arc::new(AtomicUsize::new(0));
+        let channel =
+            stack("payment", &settings, transport(Arc::clone(&calls), Duration::from_secs(1), answered));
+        let req = Request::builder().uri("http://x/svc/Charge").body(Body::empty()).unwrap();
+        let busy = tokio::spawn(channel.clone().oneshot(req));
+        while calls.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let status = status_of(&channel).await;
+        assert_eq!(crate::rejection(&status), Some(Rejection::BulkheadFull));
+        assert!(crate::never_sent(&status), "{status:?}");
+        assert!(busy.await.unwrap().is_ok());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //! | bulkhead | `bulkhead` | sheds a flood before any work (no buffering, no retry, no backoff timers); its permit covers all attempts of a call, bounding the load this client puts on the downstream |
 //! | retry + budget | `retry` | re-runs everything below for each attempt |
 //! | circuit breaker | `breaker` | inside the retry, so every attempt is recorded and an open breaker stops the remaining retries at once (its rejection is not retryable) |
+//! | attempt | `sent` | below the breaker, so a rejected attempt is never seen: flags the call "maybe sent" on the first attempt that got past connecting |
 //! | timeout | `timeout` | per attempt, inside the breaker, so an expired attempt counts as a failure and a slow one as slow |
 //! | tonic `Channel` | | lazily connecting HTTP/2 transport |
 //!
@@ -27,6 +28,16 @@
 //! [`REJECTION_METADATA`]; [`rejection`] classifies it: `CircuitOpen` (`UNAVAILABLE`) and
 //! `BulkheadFull` (`RESOURCE_EXHAUSTED`) map to 503 + `Retry-After` in the gateway,
 //! `Timeout` (`DEADLINE_EXCEEDED`) to 504; the saga treats all of them as step failures.
+//!
+//! # Was it sent?
+//!
+//! Every error status the channel returns also carries [`SENT_METADATA`]: `no` when no
+//! attempt of the call can have reached the downstream (every attempt was rejected by
+//! the breaker, the bulkhead shed it, or connecting failed: refused, connect timeout),
+//! `maybe` otherwise (a timeout after sending, a reset, any answer of the downstream).
+//! A connect failure comes back as `UNAVAILABLE`. [`never_sent`] reads the mark, so a
+//! saga knows a failed step had no effect and needs no compensation; an open breaker
+//! that cut the retries of an attempt that timed out is still `maybe`.
 //!
 //! # Settings
 //!
@@ -103,6 +114,8 @@
 //!
 //! # Limits
 //!
+//! * The `sent` mark of a downstream's error sent in the trailers (not trailers-only) is
+//!   whatever the downstream put there; unmarked counts as `maybe`.
 //! * Unary calls only (the body is buffered whole).
 //! * The gRPC code is read from the response headers (trailers-only responses, which is
 //!   how tonic and grpc-go answer a failed unary call). A server that sends headers first
@@ -115,6 +128,7 @@ mod channel;
 mod outcome;
 mod rejection;
 mod retry;
+mod sent;
 mod settings;
 #[cfg(test)]
 mod testing;
@@ -123,6 +137,7 @@ mod timeout;
 pub use breaker::CircuitState;
 pub use channel::{ResilientChannel, channel};
 pub use rejection::{REJECTION_METADATA, Rejection, rejection};
+pub use sent::{SENT_METADATA, never_sent};
 pub use settings::{BreakerSettings, BulkheadSettings, ClientSettings, RetrySettings};
 
 /// Error type of [`ResilientChannel`]; tonic's client turns it into a `tonic::Status`.

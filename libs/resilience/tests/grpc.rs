@@ -6,7 +6,7 @@ use sagaworks_proto::inventory::v1::inventory_service_server::{InventoryService,
 use sagaworks_proto::inventory::v1::*;
 use sagaworks_resilience::{
     BreakerSettings, CircuitState, ClientSettings, Rejection, ResilientChannel, RetrySettings, channel,
-    rejection,
+    never_sent, rejection,
 };
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -135,6 +135,7 @@ async fn a_business_error_comes_back_once_and_unmarked() {
         let status = get(&channel, "missing").await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::NotFound);
         assert_eq!(rejection(&status), None);
+        assert!(!never_sent(&status), "the server answered");
     }
     assert_eq!(server.calls.load(Ordering::SeqCst), 6, "never retried");
     assert_eq!(channel.breaker_state(), CircuitState::Closed, "business errors don't trip it");
@@ -154,6 +155,7 @@ async fn a_slow_answer_is_cut_by_the_route_timeout() {
     assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
     assert_eq!(rejection(&status), Some(Rejection::Timeout));
     assert_eq!(server.calls.load(Ordering::SeqCst), 2, "the timed-out attempt was retried once");
+    assert!(!never_sent(&status), "a timed-out attempt may have reached the server");
     assert!(took >= Duration::from_millis(200) && took < Duration::from_millis(450), "took {took:?}");
 }
 
@@ -168,6 +170,7 @@ async fn a_dead_server_opens_the_breaker_which_closes_via_half_open_when_it_is_b
     while channel.breaker_state() != CircuitState::Open {
         let status = get(&channel, "p1").await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert!(never_sent(&status), "connection refused: nothing was sent: {status:?}");
         calls += 1;
         assert!(calls <= 4, "4 failed attempts must open it");
     }
@@ -178,6 +181,7 @@ async fn a_dead_server_opens_the_breaker_which_closes_via_half_open_when_it_is_b
         let took = started.elapsed();
         assert!(took < Duration::from_millis(50), "open breaker answered after {took:?}");
         assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(never_sent(&status), "{status:?}");
         match rejection(&status) {
             Some(Rejection::CircuitOpen { retry_after }) => {
                 assert!(retry_after <= Duration::from_millis(500))
