@@ -12,7 +12,7 @@
 //! | `consumer_processed_total` | counter | `group`, `topic`, `outcome` (`processed`, `duplicate`, `dead_lettered`) |
 //! | `consumer_errors_total` | counter: failed handling attempts | `group`, `topic` |
 //! | `consumer_dlq_total` | counter | `group`, `topic` |
-//! | `consumer_lag` | gauge: high watermark - position | `group`, `topic`, `partition` |
+//! | `consumer_lag` | gauge: high watermark - fetch position (messages queued for a worker count as consumed) | `group`, `topic`, `partition` |
 //!
 //! The backlog gauges are refreshed by the relay on every loop and, so that
 //! `/metrics` is current even when no relay runs in the process, by

@@ -234,10 +234,8 @@ impl Handler for Recorder {
             if self.script.permanent.contains(&n) {
                 return Err(HandlerError::Permanent(format!("event {n} is marked bad")));
             }
-            if let Some(until) = self.script.fail_attempts.get(&n) {
-                if attempt < *until {
-                    return Err(HandlerError::Retryable(format!("attempt {attempt} of event {n}")));
-                }
+            if self.script.fail_attempts.get(&n).is_some_and(|until| attempt < *until) {
+                return Err(HandlerError::Retryable(format!("attempt {attempt} of event {n}")));
             }
             sqlx::query("INSERT INTO effects (event_id, aggregate_id, n) VALUES ($1, $2, $3)")
                 .bind(event.id)
