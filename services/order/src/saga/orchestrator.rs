@@ -504,16 +504,34 @@ impl Orchestrator {
 }
 
 /// Maps a participant's answer to a step outcome.
+///
+/// A forward call the resilience stack never sent (breaker open, bulkhead
+/// full, or no attempt could connect) had no effect: `Rejected`, nothing to
+/// compensate for it. Anything that may have reached the participant (a
+/// timeout, an open breaker that cut the retries of an attempt that timed
+/// out, a broken connection) is `Failed`. A compensation that was not sent
+/// has undone nothing yet, so it is `Failed` (retried), never `Rejected`.
 fn classify(step: Step, status: &tonic::Status) -> StepOutcome {
     let what = format!("{}: {}", step.as_str(), status.message());
-    match sagaworks_resilience::rejection(status) {
-        // Shed before any attempt was sent: no effect.
-        Some(Rejection::BulkheadFull) => return StepOutcome::Rejected(format!("{what} (too many calls in flight)")),
-        // An open circuit may have cut the retries of an attempt that did
-        // reach the participant, so its effect is unknown.
-        Some(Rejection::CircuitOpen { .. }) => return StepOutcome::Failed(format!("{what} (circuit open)")),
-        Some(Rejection::Timeout) => return StepOutcome::Failed(format!("{what} (timed out)")),
-        None => {}
+    let why = match sagaworks_resilience::rejection(status) {
+        Some(Rejection::BulkheadFull) => Some("too many calls in flight"),
+        Some(Rejection::CircuitOpen { .. }) => Some("circuit open"),
+        Some(Rejection::Timeout) => Some("timed out"),
+        None => None,
+    };
+    let what = match why {
+        Some(why) => format!("{what} ({why})"),
+        None => what,
+    };
+    if sagaworks_resilience::never_sent(status) {
+        return if step.is_compensation() {
+            StepOutcome::Failed(format!("{what}; not sent"))
+        } else {
+            StepOutcome::Rejected(format!("{what}; not sent"))
+        };
+    }
+    if why.is_some() {
+        return StepOutcome::Failed(what);
     }
     match status.code() {
         Code::InvalidArgument
@@ -565,6 +583,52 @@ mod tests {
         assert!(matches!(classify(Step::ReserveStock, &s), StepOutcome::Rejected(m) if m.contains("insufficient stock")));
         assert!(matches!(classify(Step::ChargePayment, &tonic::Status::unavailable("x")), StepOutcome::Failed(_)));
         assert!(matches!(classify(Step::ChargePayment, &tonic::Status::deadline_exceeded("x")), StepOutcome::Failed(_)));
+    }
+
+    /// A status as the resilience stack returns it, marked `x-sagaworks-sent`.
+    fn from_stack(mut status: tonic::Status, sent: &'static str) -> tonic::Status {
+        let value = tonic::metadata::MetadataValue::from_static(sent);
+        status.metadata_mut().insert(sagaworks_resilience::SENT_METADATA, value);
+        status
+    }
+
+    fn open() -> tonic::Status {
+        Rejection::CircuitOpen { retry_after: Duration::from_secs(1) }.to_status("payment")
+    }
+
+    #[test]
+    fn a_forward_call_that_was_never_sent_had_no_effect() {
+        let refused = from_stack(tonic::Status::unavailable("connection refused"), "no");
+        assert!(matches!(classify(Step::ChargePayment, &refused), StepOutcome::Rejected(m) if m.contains("not sent")));
+        let open_no = from_stack(open(), "no");
+        assert!(matches!(classify(Step::ChargePayment, &open_no), StepOutcome::Rejected(m) if m.contains("circuit open")));
+        let full = from_stack(Rejection::BulkheadFull.to_status("inventory"), "no");
+        assert!(matches!(classify(Step::ReserveStock, &full), StepOutcome::Rejected(_)));
+    }
+
+    #[test]
+    fn a_call_that_may_have_been_sent_may_have_had_an_effect() {
+        // The breaker opened after an attempt that timed out: that one may have arrived.
+        let open_maybe = from_stack(open(), "maybe");
+        assert!(matches!(classify(Step::ChargePayment, &open_maybe), StepOutcome::Failed(m) if m.contains("circuit open")));
+        let timeout = from_stack(Rejection::Timeout.to_status("inventory"), "maybe");
+        assert!(matches!(classify(Step::ReserveStock, &timeout), StepOutcome::Failed(m) if m.contains("timed out")));
+        let answered = from_stack(tonic::Status::unavailable("shutting down"), "maybe");
+        assert!(matches!(classify(Step::ChargePayment, &answered), StepOutcome::Failed(_)));
+        // Unmarked (not from the stack): the safe side.
+        assert!(matches!(classify(Step::ChargePayment, &open()), StepOutcome::Failed(_)));
+    }
+
+    #[test]
+    fn a_compensation_that_was_never_sent_is_retried_not_skipped() {
+        for status in [
+            from_stack(tonic::Status::unavailable("connection refused"), "no"),
+            from_stack(open(), "no"),
+            from_stack(Rejection::BulkheadFull.to_status("payment"), "no"),
+        ] {
+            assert!(matches!(classify(Step::RefundPayment, &status), StepOutcome::Failed(_)), "{status:?}");
+            assert!(matches!(classify(Step::ReleaseStock, &status), StepOutcome::Failed(_)), "{status:?}");
+        }
     }
 
     #[test]
