@@ -277,3 +277,70 @@ async fn eventually_empty_backlog(env: &Env) {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_wakes_the_relay_long_before_the_polling_fallback() {
+    let env = env("relay_notify").await;
+    let settings = sagaworks_outbox::RelaySettings { poll_interval_ms: 60_000, ..relay_settings() };
+    let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+    // Let the relay finish its first (empty) batch and start waiting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
+    credit(&env.pool, "acc-1", 1, true).await;
+    eventually_empty_backlog(&env).await;
+    assert!(started.elapsed() < Duration::from_secs(10), "woken by NOTIFY, not the 60 s poll");
+    running.stop().await;
+
+    let disabled = sagaworks_outbox::RelaySettings { enabled: false, ..relay_settings() };
+    let relay = Relay::new(env.pool.clone(), &env.kafka, disabled).unwrap();
+    tokio::time::timeout(Duration::from_secs(1), relay.run(tokio_util::sync::CancellationToken::new()))
+        .await
+        .expect("a disabled relay returns at once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanently_failing_event_blocks_only_its_own_aggregate() {
+    let _ = sagaworks_runtime::metrics::handle();
+    let mut env = env("relay_stuck").await;
+    // The producer refuses messages over 5000 bytes: a permanent produce failure.
+    env.kafka.properties.insert("message.max.bytes".into(), "5000".into());
+    let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+
+    let writer = OutboxWriter::new("test");
+    let mut tx = env.pool.begin().await.unwrap();
+    let big = serde_json::json!({ "account": "acc-big", "n": 1, "pad": "x".repeat(10_000) });
+    writer
+        .write(&mut tx, NewEvent::new("account", "acc-big", "AccountCredited", big).unwrap())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    credit(&env.pool, "acc-big", 2, true).await;
+    let ok = credit(&env.pool, "acc-ok", 3, true).await;
+
+    let topic = topic_name(&env.kafka, "account");
+    let ok_s = ok.to_string();
+    let msgs = read_topic(&env.kafka, &topic, WAIT, move |m| {
+        m.iter().any(|m| header(m, "ce_id") == Some(ok_s.as_str()))
+    })
+    .await;
+    assert!(msgs.iter().all(|m| m.key() == Some(b"acc-ok".as_slice())), "nothing of acc-big is published");
+    // Still stuck a while later, and in order: the small event 2 waits behind 1.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stuck: Vec<String> = sqlx::query_scalar(
+        "SELECT convert_from(payload, 'UTF8')::jsonb->>'n' FROM outbox WHERE published_at IS NULL ORDER BY seq",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(stuck, vec!["1", "2"]);
+    let text = sagaworks_runtime::metrics::render();
+    let errors: f64 = text
+        .lines()
+        .find(|l| l.starts_with("outbox_publish_errors_total{service=\"test\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0);
+    assert!(errors >= 2.0, "failures are counted: {text}");
+    running.stop().await;
+}
