@@ -18,9 +18,10 @@ async fn committed_event_is_published_with_key_headers_and_payload_and_rolled_ba
 
     let committed = credit(&env.pool, "acc-1", 7, true).await;
     let rolled_back = credit(&env.pool, "acc-1", 8, false).await;
-    // A later committed marker: once it is on the topic, anything published
-    // before it would be too.
-    let marker = credit(&env.pool, "acc-2", 9, true).await;
+    // A later committed marker of the same aggregate (so the same partition,
+    // read in order): once it is on the topic, anything published before it
+    // would be too.
+    let marker = credit(&env.pool, "acc-1", 9, true).await;
 
     let topic = topic_name(&env.kafka, "account");
     let marker_s = marker.to_string();
