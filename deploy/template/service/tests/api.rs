@@ -11,6 +11,7 @@ use {{name}}::pb::CreateItemRequest;
 use {{name}}::pb::{{name}}_service_client::{{Name}}ServiceClient;
 use sqlx::PgPool;
 use std::time::Duration;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -27,14 +28,26 @@ struct TestApp {
     kafka: KafkaSettings,
     inventory_stop: CancellationToken,
     stop: CancellationToken,
+    /// Everything spawned; stopped before the broker and the databases go.
+    tasks: Vec<JoinHandle<()>>,
     _dbs: (TestDatabase, TestDatabase),
     _broker: Broker,
 }
 
 impl Drop for TestApp {
+    /// Stops the services while the broker still runs (also when a test fails): a Kafka
+    /// consumer dropped after its broker is gone can block forever in librdkafka's close.
     fn drop(&mut self) {
         self.stop.cancel();
         self.inventory_stop.cancel();
+        let tasks = std::mem::take(&mut self.tasks);
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(async {
+                for task in tasks {
+                    let _ = tokio::time::timeout(WAIT, task).await;
+                }
+            })
+        });
     }
 }
 
@@ -58,7 +71,10 @@ async fn spawn_app() -> TestApp {
     .expect("inventory starts");
     let inventory_url = format!("http://127.0.0.1:{}", inventory.grpc_port());
     let inventory_stop = CancellationToken::new();
-    tokio::spawn(inventory.run_until_stopped(inventory_stop.clone()));
+    let inventory_task = tokio::spawn({
+        let stop = inventory_stop.clone();
+        async move { inventory.run_until_stopped(stop).await.expect("inventory runs") }
+    });
 
     let db = TestDatabase::create("{{name}}").await;
     let mut downstream = ClientSettings::with_url(&inventory_url);
@@ -74,7 +90,10 @@ async fn spawn_app() -> TestApp {
     let app = {{name}}::startup::Application::build(settings).await.expect("{{name}} starts");
     let (grpc, http, pool) = (app.grpc_port(), app.http_port(), app.pool().clone());
     let stop = CancellationToken::new();
-    tokio::spawn(app.run_until_stopped(stop.clone()));
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { app.run_until_stopped(stop).await.expect("{{name}} runs") }
+    });
 
     TestApp {
         client: {{Name}}ServiceClient::connect(format!("http://127.0.0.1:{grpc}")).await.expect("connects"),
@@ -84,6 +103,7 @@ async fn spawn_app() -> TestApp {
         kafka,
         inventory_stop,
         stop,
+        tasks: vec![task, inventory_task],
         _dbs: (db, inventory_db),
         _broker: broker,
     }
@@ -106,7 +126,8 @@ impl TestApp {
     }
 }
 
-#[tokio::test]
+// Multi-threaded so that `TestApp`'s drop can wait for the services to stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_then_create_item_writes_the_item_and_publishes_its_event() {
     let app = spawn_app().await;
     let ready = format!("{}/health/ready", app.http);
@@ -154,7 +175,7 @@ async fn ready_then_create_item_writes_the_item_and_publishes_its_event() {
     .await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_items_write_nothing() {
     let app = spawn_app().await;
     let create = |product_id: String| {
@@ -185,12 +206,13 @@ async fn refused_items_write_nothing() {
     assert_eq!(app.count("SELECT count(*) FROM outbox").await, 0);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn order_confirmed_events_from_kafka_land_in_the_read_model() {
-    let app = spawn_app().await;
+    // Declared first, dropped last: the relay below runs on it until the app stops.
+    let order_db = TestDatabase::create("{{name}}_order").await;
+    let mut app = spawn_app().await;
 
     // Another service's outbox and relay publish to `<prefix>.order`, as order does.
-    let order_db = TestDatabase::create("{{name}}_order").await;
     let order_pool = order_db.pool().await;
     sagaworks_runtime::db::migrate(&order_pool, &mut [sagaworks_outbox::migrator()])
         .await
@@ -205,8 +227,7 @@ async fn order_confirmed_events_from_kafka_land_in_the_read_model() {
     tx.commit().await.expect("commit");
     let relay_settings = RelaySettings { service: "order".into(), ..Default::default() };
     let relay = Relay::new(order_pool, &app.kafka, relay_settings).expect("relay");
-    let relay_stop = CancellationToken::new();
-    tokio::spawn(relay.run(relay_stop.clone()));
+    app.tasks.push(tokio::spawn(relay.run(app.stop.clone())));
 
     let total: i64 =
         eventually("the consumer to record the confirmed order", Duration::from_secs(60), || async {
@@ -220,5 +241,4 @@ async fn order_confirmed_events_from_kafka_land_in_the_read_model() {
         .await;
     assert_eq!(total, 1_250);
     assert_eq!(app.count("SELECT count(*) FROM confirmed_orders").await, 1, "OrderCreated is ignored");
-    relay_stop.cancel();
 }
