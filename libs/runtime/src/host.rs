@@ -4,8 +4,10 @@
 //! listeners), then hands it its gRPC routes, readiness checks and background
 //! tasks (outbox relay, consumers, saga workers). All of them stop on the
 //! same shutdown token; the first one to fail stops the rest.
+//! [`ServiceHost::with_faults`] turns on fault injection (tests only, see [`crate::fault`]).
 
 use crate::db::{self, DbError};
+use crate::fault::{FaultInjector, FaultSettings};
 use crate::health::{DbCheck, Readiness};
 use futures::future::BoxFuture;
 use sagaworks_config::{DatabaseSettings, ListenSettings};
@@ -36,6 +38,7 @@ pub struct ServiceHost {
     pool: PgPool,
     grpc: TcpListener,
     http: TcpListener,
+    faults: Option<FaultInjector>,
 }
 
 impl ServiceHost {
@@ -52,7 +55,17 @@ impl ServiceHost {
         if database.migrate {
             db::migrate(&pool, &mut migrators).await?;
         }
-        Ok(Self { pool, grpc: listen(grpc).await?, http: listen(http).await? })
+        Ok(Self { pool, grpc: listen(grpc).await?, http: listen(http).await?, faults: None })
+    }
+
+    /// With `fault.enabled`, the gRPC routes get the fault layer and the HTTP port
+    /// serves `/fault` ([`crate::fault`]); otherwise nothing changes. Test use only.
+    pub fn with_faults(mut self, fault: &FaultSettings) -> Self {
+        if fault.enabled {
+            tracing::warn!("fault injection is enabled: PUT /fault can slow down or fail gRPC calls");
+            self.faults = Some(FaultInjector::new());
+        }
+        self
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -78,14 +91,23 @@ impl ServiceHost {
         shutdown: CancellationToken,
     ) -> Result<(), HostError> {
         let readiness = readiness.with_check(DbCheck(self.pool.clone()));
+        let (routes, router) = match &self.faults {
+            Some(faults) => (
+                tonic::service::Routes::from(routes.into_axum_router().layer(faults.layer())),
+                readiness.router().merge(faults.router()),
+            ),
+            None => (routes, readiness.router()),
+        };
         // Whatever ends first (error or not), everything else is told to stop.
         let stop_all = shutdown.clone();
         let guard = stop_all.clone().drop_guard();
         let servers = async {
             tokio::try_join!(
-                async { crate::serve::grpc(self.grpc, routes, shutdown.clone()).await.map_err(HostError::from) },
                 async {
-                    crate::serve::http(self.http, readiness.router(), shutdown.clone()).await.map_err(HostError::Http)
+                    crate::serve::grpc(self.grpc, routes, shutdown.clone()).await.map_err(HostError::from)
+                },
+                async {
+                    crate::serve::http(self.http, router, shutdown.clone()).await.map_err(HostError::Http)
                 },
             )
             .map(|_| ())

@@ -3,6 +3,7 @@
 //!
 //! * [`host`]: [`host::ServiceHost`], the servers and background tasks of a gRPC service.
 //! * [`db`]: the connection pool and start-up migrations.
+//! * [`fault`]: fault injection on the gRPC server, for tests (off by default).
 //! * [`health`]: `/health/live`, `/health/ready` (runs [`health::Check`]s) and
 //!   `/metrics` as one axum router.
 //! * [`metrics`]: the process-wide Prometheus recorder.
@@ -11,6 +12,7 @@
 //! * [`idempotency`]: at-most-once execution of mutating calls per key.
 
 pub mod db;
+pub mod fault;
 pub mod health;
 pub mod host;
 pub mod idempotency;
@@ -25,4 +27,3 @@ use tokio::net::TcpListener;
 pub async fn bind(settings: &ListenSettings) -> std::io::Result<TcpListener> {
     TcpListener::bind(settings.address()).await
 }
-

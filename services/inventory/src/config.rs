@@ -3,6 +3,7 @@
 
 use sagaworks_config::{DatabaseSettings, KafkaSettings, ListenSettings, TelemetrySettings};
 use sagaworks_outbox::{ConsumerSettings, RelaySettings};
+use sagaworks_runtime::fault::FaultSettings;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -16,6 +17,8 @@ pub struct Settings {
     pub telemetry: TelemetrySettings,
     /// The outbox relay (runs in this process unless `outbox.enabled = false`).
     pub outbox: RelaySettings,
+    /// Fault injection (`PUT /fault` on the HTTP port) for tests; off by default, never in production.
+    pub fault: FaultSettings,
     /// The Kafka consumer of this service's events of interest.
     pub consumer: ConsumerSettings,
 }
@@ -32,6 +35,7 @@ impl Default for Settings {
             kafka: KafkaSettings::default(),
             telemetry: TelemetrySettings::default(),
             outbox: RelaySettings { service: "inventory".into(), ..Default::default() },
+            fault: FaultSettings::default(),
             consumer: ConsumerSettings {
                 group_id: "inventory".into(),
                 topics: vec!["order"].into_iter().map(String::from).collect(),

@@ -35,7 +35,9 @@ impl Application {
     /// Connects, migrates and binds both ports (0 = any free port).
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let migrations = vec![sqlx::migrate!("../../migrations/order"), sagaworks_outbox::migrator()];
-        let host = ServiceHost::build(&settings.database, migrations, &settings.grpc, &settings.http).await?;
+        let host = ServiceHost::build(&settings.database, migrations, &settings.grpc, &settings.http)
+            .await?
+            .with_faults(&settings.fault);
         let inventory = sagaworks_resilience::channel("inventory", &settings.inventory)?;
         let payment = sagaworks_resilience::channel("payment", &settings.payment)?;
         let orchestrator = Orchestrator::new(host.pool().clone(), inventory, payment, settings.saga.clone())
