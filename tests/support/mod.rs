@@ -5,6 +5,8 @@
 //! own on the local PostgreSQL server. Services can be killed (their tasks
 //! aborted, as in a crash) and started again on the same database and port.
 
+pub mod faults;
+
 use reqwest::StatusCode;
 use sagaworks_config::{KafkaSettings, ListenSettings};
 use sagaworks_resilience::ClientSettings;

@@ -1,0 +1,119 @@
+//! Fault injection and observation helpers for the resilience tests.
+//!
+//! * [`restart_inventory_with_faults`] / [`start_payment_on`]: replace a participant of a
+//!   [`Stack`] by one on the same port (and database), the inventory with
+//!   `[fault] enabled = true`.
+//! * [`set_fault`] / [`clear_fault`]: `PUT` / `DELETE /fault` on a service's HTTP port.
+//! * [`metrics`] and [`sample`]: read a service's `/metrics`.
+//! * [`step_duration`]: how long a saga step took, from its recorded start and end.
+
+use crate::{Running, Stack, local};
+use reqwest::StatusCode;
+use sagaworks_config::KafkaSettings;
+use sagaworks_test_support::TestDatabase;
+use serde_json::Value;
+use std::time::Duration;
+
+/// Retries `start` while the port of a service that was just killed is still taken.
+async fn on_same_port<T, E: std::fmt::Debug, F: std::future::Future<Output = Result<T, E>>>(
+    what: &str,
+    mut start: impl FnMut() -> F,
+) -> T {
+    let mut last = None;
+    for _ in 0..50 {
+        match start().await {
+            Ok(app) => return app,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what} did not start again on its port: {last:?}");
+}
+
+/// Kills the stack's inventory and starts it again on the same gRPC port and database,
+/// with fault injection enabled.
+pub async fn restart_inventory_with_faults(stack: &mut Stack) {
+    stack.inventory.kill();
+    let settings = inventory::config::Settings {
+        grpc: local(stack.inventory.grpc_port),
+        http: local(0),
+        database: stack.inventory_db.settings(),
+        kafka: stack.kafka.clone(),
+        fault: sagaworks_runtime::fault::FaultSettings { enabled: true },
+        ..Default::default()
+    };
+    let app = on_same_port("inventory", || inventory::startup::Application::build(settings.clone())).await;
+    let (g, h) = (app.grpc_port(), app.http_port());
+    stack.inventory =
+        Running::spawn(g, h, |t| async move { app.run_until_stopped(t).await.expect("inventory runs") });
+}
+
+/// Starts payment on `grpc_port` (where a killed one ran) as soon as the port is free.
+pub async fn start_payment_on(db: &TestDatabase, kafka: &KafkaSettings, grpc_port: u16) -> Running {
+    let settings = payment::config::Settings {
+        grpc: local(grpc_port),
+        http: local(0),
+        database: db.settings(),
+        kafka: kafka.clone(),
+        ..Default::default()
+    };
+    let app = on_same_port("payment", || payment::startup::Application::build(settings.clone())).await;
+    let (g, h) = (app.grpc_port(), app.http_port());
+    Running::spawn(g, h, |t| async move { app.run_until_stopped(t).await.expect("payment runs") })
+}
+
+fn fault_url(http_port: u16) -> String {
+    format!("http://127.0.0.1:{http_port}/fault")
+}
+
+/// `PUT /fault` on the service listening on `http_port`; returns the HTTP status.
+pub async fn put_fault(http_port: u16, fault: &Value) -> StatusCode {
+    let res =
+        reqwest::Client::new().put(fault_url(http_port)).json(fault).send().await.expect("service answers");
+    res.status()
+}
+
+/// Sets a fault; panics unless the service accepted it.
+pub async fn set_fault(http_port: u16, fault: Value) {
+    assert_eq!(put_fault(http_port, &fault).await, StatusCode::OK, "fault {fault} accepted");
+}
+
+/// `DELETE /fault`.
+pub async fn clear_fault(http_port: u16) {
+    let res = reqwest::Client::new().delete(fault_url(http_port)).send().await.expect("service answers");
+    assert_eq!(res.status(), StatusCode::NO_CONTENT);
+}
+
+/// The Prometheus text of the service listening on `http_port`.
+pub async fn metrics(http_port: u16) -> String {
+    let url = format!("http://127.0.0.1:{http_port}/metrics");
+    reqwest::get(url).await.expect("metrics answer").text().await.expect("metrics text")
+}
+
+/// The value of the sample `series` (name with labels, exactly as rendered) in `text`.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The saga step named `name` of an order (as the gateway returns it).
+pub fn step<'a>(order: &'a Value, name: &str) -> Option<&'a Value> {
+    order["saga"]["steps"].as_array()?.iter().find(|s| s["name"] == name)
+}
+
+/// How long step `name` of the saga of `order_id` took, as the order service recorded
+/// it: from the start of the transaction that began the step to the start of the one that
+/// committed its result, i.e. the call to the participant plus a database round trip.
+pub async fn step_duration(order_db: &sqlx::PgPool, order_id: &str, name: &str) -> Duration {
+    let order_id: uuid::Uuid = order_id.parse().expect("order id is a uuid");
+    let micros: i64 = sqlx::query_scalar(
+        "SELECT (extract(epoch FROM st.finished_at - st.started_at) * 1000000)::bigint
+         FROM saga_steps st JOIN sagas s ON s.id = st.saga_id
+         WHERE s.order_id = $1 AND st.name = $2 AND st.finished_at IS NOT NULL",
+    )
+    .bind(order_id)
+    .bind(name)
+    .fetch_one(order_db)
+    .await
+    .expect("the step finished");
+    Duration::from_micros(micros.max(0) as u64)
+}
