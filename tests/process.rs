@@ -1,0 +1,98 @@
+//! The real binaries as processes: configuration from a file plus `APP_*`
+//! variables, structured logs, readiness, and graceful shutdown on SIGTERM
+//! (what Kubernetes and `docker stop` send).
+//!
+//! Needs the service binaries built (`cargo build --workspace`, which
+//! `scripts/test` does first).
+
+use sagaworks_test_support::{Broker, TestDatabase, eventually, free_port};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn binary(name: &str) -> PathBuf {
+    // target/<profile>/deps/<this test> -> target/<profile>/<name>
+    let exe = std::env::current_exe().unwrap();
+    let path = exe.parent().and_then(|deps| deps.parent()).unwrap().join(name);
+    assert!(path.exists(), "{} is missing: run `cargo build --workspace` first", path.display());
+    path
+}
+
+#[tokio::test]
+async fn payment_reads_file_and_env_logs_json_and_drains_on_sigterm() {
+    let db = TestDatabase::create("proc").await;
+    let broker = Broker::start().await;
+    let (grpc, http) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("sw-proc-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("payment.toml");
+    // The file sets the log format and a port the environment then overrides.
+    std::fs::write(
+        &file,
+        format!("[telemetry]\nlog_format = \"json\"\nlog_level = \"info\"\n[http]\nport = 1\n[grpc]\nport = {grpc}\n"),
+    )
+    .unwrap();
+
+    let mut child = Command::new(binary("payment"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("APP_CONFIG_FILE", &file)
+        .env("APP_HTTP__PORT", http.to_string())
+        .env("APP_DATABASE__URL", &db.url)
+        .env("APP_KAFKA__BROKERS", broker.address())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines = std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
+
+    let client = reqwest::Client::new();
+    let ready = format!("http://127.0.0.1:{http}/health/ready");
+    eventually("payment ready on the env-chosen port", Duration::from_secs(30), || async {
+        let res = client.get(&ready).send().await.ok()?;
+        (res.status() == reqwest::StatusCode::OK).then_some(())
+    })
+    .await;
+    let body: serde_json::Value = client.get(&ready).send().await.unwrap().json().await.unwrap();
+    assert_eq!(body["checks"]["database"], "ok", "{body}");
+    assert_eq!(body["checks"]["kafka"], "ok", "{body}");
+    // The file's gRPC port is the one in use.
+    assert!(tokio::net::TcpStream::connect(("127.0.0.1", grpc)).await.is_ok());
+
+    let started = Instant::now();
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "payment did not stop within 15 s of SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(exit.success(), "graceful shutdown exits 0, got {exit}");
+
+    let lines = lines.join().unwrap();
+    assert!(!lines.is_empty(), "the service logged nothing");
+    for line in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
+        assert!(v["level"].is_string() && v["timestamp"].is_string(), "{line}");
+    }
+    assert!(lines.iter().any(|l| l.contains("shutdown signal received")), "{lines:#?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_broken_config_is_a_clear_error_not_a_panic() {
+    let output = Command::new(binary("order"))
+        .env_clear()
+        .env("APP_GRPC__PORT", "not-a-port")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("port"), "names the bad key: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
