@@ -5,6 +5,7 @@
 //! own on the local PostgreSQL server. Services can be killed (their tasks
 //! aborted, as in a crash) and started again on the same database and port.
 
+pub mod auth;
 pub mod faults;
 
 use reqwest::StatusCode;
@@ -132,17 +133,27 @@ pub async fn start_order(settings: order::config::Settings) -> Running {
     })
 }
 
-pub async fn start_gateway(order_url: &str, inventory_url: &str, payment_url: &str) -> Running {
+/// Gateway settings for tests, with test auth ([`auth::use_test_auth`]).
+pub fn gateway_settings(order_url: &str, inventory_url: &str, payment_url: &str) -> gateway::config::Settings {
     let mut order = client(order_url);
     // CreateOrder waits for the saga (up to `api.order_wait_ms`).
     order.routes.insert("CreateOrder".into(), 15_000);
-    let settings = gateway::config::Settings {
+    let mut settings = gateway::config::Settings {
         http: local(0),
         order,
         inventory: client(inventory_url),
         payment: client(payment_url),
         ..Default::default()
     };
+    auth::use_test_auth(&mut settings);
+    settings
+}
+
+pub async fn start_gateway(order_url: &str, inventory_url: &str, payment_url: &str) -> Running {
+    start_gateway_with(gateway_settings(order_url, inventory_url, payment_url)).await
+}
+
+pub async fn start_gateway_with(settings: gateway::config::Settings) -> Running {
     let app = gateway::startup::Application::build(settings).await.expect("gateway starts");
     let port = app.port();
     Running::spawn(0, port, |t| async move { app.run_until_stopped(t).await.expect("gateway runs") })
@@ -183,7 +194,12 @@ impl Stack {
         tweak(&mut settings);
         let order = start_order(settings).await;
         let gateway = start_gateway(&order.grpc_url(), &inventory.grpc_url(), &payment.grpc_url()).await;
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+        // Calls carry an admin token unless they set their own Authorization header.
+        let mut headers = reqwest::header::HeaderMap::new();
+        let bearer = format!("Bearer {}", auth::admin_token());
+        headers.insert(reqwest::header::AUTHORIZATION, bearer.parse().expect("header value"));
+        let http =
+            reqwest::Client::builder().timeout(Duration::from_secs(30)).default_headers(headers).build().unwrap();
         Self { broker, kafka, order_db, inventory_db, payment_db, inventory, payment, order, gateway, http }
     }
 
@@ -244,9 +260,13 @@ impl Stack {
         c["customer_id"].as_str().unwrap().to_string()
     }
 
+    /// Places an order as the customer (with the customer's own token).
     pub async fn place(&self, customer: &str, product: &str, quantity: i64) -> (StatusCode, Value) {
-        self.post("/v1/orders", json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": quantity }] }))
-            .await
+        let body = json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": quantity }] });
+        let req = self.http.post(self.url("/v1/orders")).bearer_auth(auth::customer_token(customer)).json(&body);
+        let res = req.send().await.expect("gateway answers");
+        let status = res.status();
+        (status, res.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn stock(&self, product: &str) -> (i64, i64, i64) {

@@ -1,6 +1,6 @@
 //! Every failure the gateway answers, mapped to problem+json in one place.
 
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use sagaworks_errors::Problem;
 use sagaworks_errors::status::invalid_field;
@@ -21,6 +21,18 @@ pub enum ApiError {
     NotFound(String),
     #[error("downstream {downstream}: {status}")]
     Downstream { downstream: &'static str, status: Status },
+    /// No bearer token, or one that does not verify (401).
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// A valid caller without the right to this resource (403).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// The caller's request budget is spent (429).
+    #[error("rate limited for {retry_after:?}")]
+    RateLimited { retry_after: Duration },
+    /// The identity provider's signing keys cannot be fetched (503).
+    #[error("signing keys unavailable: {0}")]
+    KeysUnavailable(String),
 }
 
 impl ApiError {
@@ -43,7 +55,10 @@ impl From<sagaworks_errors::InvalidField> for ApiError {
 fn downstream_problem(downstream: &str, status: &Status) -> Problem {
     match sagaworks_resilience::rejection(status) {
         Some(Rejection::CircuitOpen { retry_after }) => {
-            return Problem::unavailable(format!("{downstream} is failing; its circuit is open"), retry_after);
+            return Problem::unavailable(
+                format!("{downstream} is failing; its circuit is open"),
+                retry_after,
+            );
         }
         Some(Rejection::BulkheadFull) => {
             return Problem::unavailable(format!("{downstream} is at capacity"), Duration::from_secs(1));
@@ -75,10 +90,32 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let problem = match &self {
             ApiError::Malformed(detail) => Problem::bad_request(detail.clone()),
-            ApiError::TooLarge => Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "too-large", "Request body too large"),
+            ApiError::TooLarge => {
+                Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "too-large", "Request body too large")
+            }
             ApiError::Invalid { field, message } => Problem::validation(field.clone(), message.clone()),
             ApiError::NotFound(what) => Problem::not_found(what.clone()),
             ApiError::Downstream { downstream, status } => downstream_problem(downstream, status),
+            ApiError::Unauthenticated(detail) => {
+                let problem =
+                    Problem::new(StatusCode::UNAUTHORIZED, "unauthenticated", "Authentication required")
+                        .detail(detail.clone());
+                let mut res = problem.into_response();
+                res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return res;
+            }
+            ApiError::Forbidden(detail) => {
+                Problem::new(StatusCode::FORBIDDEN, "forbidden", "Not allowed").detail(detail.clone())
+            }
+            ApiError::RateLimited { retry_after } => {
+                Problem::new(StatusCode::TOO_MANY_REQUESTS, "rate-limited", "Too many requests")
+                    .detail("request rate limit exceeded; retry after Retry-After seconds")
+                    .retry_after(*retry_after)
+            }
+            ApiError::KeysUnavailable(detail) => {
+                tracing::error!(%detail, "cannot load token signing keys");
+                Problem::unavailable("token signing keys are unavailable", Duration::from_secs(1))
+            }
         };
         problem.into_response()
     }
@@ -95,7 +132,10 @@ mod tests {
     #[test]
     fn grpc_codes_map_to_http() {
         assert_eq!(status_of(Status::not_found("x")), StatusCode::NOT_FOUND);
-        assert_eq!(status_of(sagaworks_errors::status::invalid_argument("items", "x")), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(
+            status_of(sagaworks_errors::status::invalid_argument("items", "x")),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
         assert_eq!(status_of(Status::already_exists("x")), StatusCode::CONFLICT);
         assert_eq!(status_of(Status::unavailable("x")), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(status_of(Status::deadline_exceeded("x")), StatusCode::GATEWAY_TIMEOUT);
@@ -103,8 +143,21 @@ mod tests {
     }
 
     #[test]
+    fn auth_failures_are_401_with_a_bearer_challenge_403_and_429() {
+        let res = ApiError::Unauthenticated("no token".into()).into_response();
+        assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(res.headers()[header::WWW_AUTHENTICATE], "Bearer");
+        assert_eq!(res.headers()[header::CONTENT_TYPE], "application/problem+json");
+        assert_eq!(ApiError::Forbidden("x".into()).into_response().status(), StatusCode::FORBIDDEN);
+        let res = ApiError::RateLimited { retry_after: Duration::from_millis(200) }.into_response();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(res.headers()[header::RETRY_AFTER], "1");
+    }
+
+    #[test]
     fn unavailable_carries_retry_after() {
-        let res = ApiError::Downstream { downstream: "order", status: Status::unavailable("down") }.into_response();
+        let res =
+            ApiError::Downstream { downstream: "order", status: Status::unavailable("down") }.into_response();
         assert_eq!(res.headers()["retry-after"], "1");
     }
 }

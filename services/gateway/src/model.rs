@@ -14,12 +14,50 @@ fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
+/// An `i64` input field. JSON Schema's `integer` includes numbers with a zero
+/// fraction (`5.0`), so those are accepted too; `5.5` is not.
+fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    struct Integer;
+    impl serde::de::Visitor<'_> for Integer {
+        type Value = i64;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an integer")
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<i64, E> {
+            Ok(v)
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<i64, E> {
+            i64::try_from(v).map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<i64, E> {
+            // Below 2^53 every whole f64 is exactly one i64.
+            if v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 {
+                Ok(v as i64)
+            } else {
+                Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
+            }
+        }
+    }
+    d.deserialize_any(Integer)
+}
+
+/// An optional id: absent or null means "choose one"; an empty string is not a UUID.
+pub fn optional_id(field: &str, id: Option<String>) -> Result<String, crate::error::ApiError> {
+    match id {
+        Some(id) if id.is_empty() => Err(crate::error::ApiError::invalid(field, "must be a UUID")),
+        id => Ok(id.unwrap_or_default()),
+    }
+}
+
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OrderLineInput {
     /// Product id (UUID).
+    #[schema(format = Uuid)]
     pub product_id: String,
     /// Units, 1 to 1000000.
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    #[serde(deserialize_with = "integer")]
     pub quantity: i64,
 }
 
@@ -27,9 +65,11 @@ pub struct OrderLineInput {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateOrder {
-    /// Customer id (UUID), as created with `POST /v1/customers`.
+    /// Customer id (UUID), as created with `POST /v1/customers`; a customer's token may order only for itself.
+    #[schema(format = Uuid)]
     pub customer_id: String,
-    /// 1 to 100 lines; lines for the same product are summed.
+    /// 1 to 100 lines; lines for the same product are summed (at most 1000000 units).
+    #[schema(min_items = 1, max_items = 100)]
     pub items: Vec<OrderLineInput>,
 }
 
@@ -139,7 +179,11 @@ impl From<ord::Order> for Order {
             items: o
                 .items
                 .into_iter()
-                .map(|i| OrderLine { product_id: i.product_id, quantity: i.quantity, unit_price_cents: i.unit_price_cents })
+                .map(|i| OrderLine {
+                    product_id: i.product_id,
+                    quantity: i.quantity,
+                    unit_price_cents: i.unit_price_cents,
+                })
                 .collect(),
             total_cents: o.total_cents,
             failure_reason: non_empty(o.failure_reason),
@@ -165,13 +209,21 @@ impl From<ord::Order> for Order {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateProduct {
-    /// Unique stock-keeping unit, 1 to 64 characters.
+    /// Unique stock-keeping unit, 1 to 64 characters (trimmed; no NUL).
+    #[schema(min_length = 1, max_length = 64, pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$")]
     pub sku: String,
+    /// 1 to 200 characters (trimmed; no NUL).
+    #[schema(min_length = 1, max_length = 200, pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$")]
     pub name: String,
+    #[schema(minimum = 0, maximum = 100_000_000)]
+    #[serde(deserialize_with = "integer")]
     pub price_cents: i64,
+    #[schema(minimum = 0, maximum = 1_000_000)]
+    #[serde(deserialize_with = "integer")]
     pub initial_stock: i64,
     /// Optional client-chosen id (UUID).
     #[serde(default)]
+    #[schema(format = Uuid)]
     pub id: Option<String>,
 }
 
@@ -179,6 +231,8 @@ pub struct CreateProduct {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddStock {
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    #[serde(deserialize_with = "integer")]
     pub quantity: i64,
 }
 
@@ -218,10 +272,15 @@ impl From<inv::Product> for Product {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateCustomer {
+    /// 1 to 200 characters (trimmed; no NUL).
+    #[schema(min_length = 1, max_length = 200, pattern = r"^[^\u0000]*[^\s\u0000][^\u0000]*$")]
     pub name: String,
+    #[schema(minimum = 0, maximum = 100_000_000_000_i64)]
+    #[serde(deserialize_with = "integer")]
     pub initial_credit_cents: i64,
     /// Optional client-chosen id (UUID).
     #[serde(default)]
+    #[schema(format = Uuid)]
     pub customer_id: Option<String>,
 }
 
@@ -229,6 +288,8 @@ pub struct CreateCustomer {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddCredit {
+    #[schema(minimum = 1, maximum = 100_000_000_000_i64)]
+    #[serde(deserialize_with = "integer")]
     pub amount_cents: i64,
 }
 
@@ -242,6 +303,39 @@ pub struct Customer {
 
 impl From<pay::Account> for Customer {
     fn from(a: pay::Account) -> Self {
-        Self { customer_id: a.customer_id, name: a.name, balance_cents: a.balance_cents, created_at: time(a.created_at) }
+        Self {
+            customer_id: a.customer_id,
+            name: a.name,
+            balance_cents: a.balance_cents,
+            created_at: time(a.created_at),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_may_have_a_zero_fraction_but_nothing_else() {
+        let stock = |json: &str| serde_json::from_str::<AddStock>(json).map(|s| s.quantity);
+        assert_eq!(stock(r#"{"quantity": 5}"#).unwrap(), 5);
+        assert_eq!(stock(r#"{"quantity": 5.0}"#).unwrap(), 5);
+        assert_eq!(stock(r#"{"quantity": -3}"#).unwrap(), -3);
+        for bad in [
+            r#"{"quantity": 5.5}"#,
+            r#"{"quantity": "5"}"#,
+            r#"{"quantity": 1e300}"#,
+            r#"{"quantity": 18446744073709551615}"#,
+        ] {
+            assert!(stock(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_empty_optional_id_is_invalid() {
+        assert_eq!(optional_id("id", None).unwrap(), "");
+        assert_eq!(optional_id("id", Some("x".into())).unwrap(), "x");
+        assert!(optional_id("id", Some(String::new())).is_err());
     }
 }

@@ -1,15 +1,19 @@
-//! Builds and runs the gateway: REST API, OpenAPI, health, metrics.
+//! Builds and runs the gateway: REST API (behind auth and rate limiting), OpenAPI, health, metrics.
 
 use crate::api::{self, AppState};
+use crate::auth::Authenticator;
 use crate::config::Settings;
+use crate::ratelimit::Limiter;
 use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use sagaworks_proto::order::v1::order_service_client::OrderServiceClient;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use sagaworks_runtime::health::Readiness;
 use sagaworks_telemetry::grpc::ClientTraceLayer;
-use tower::Layer;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower::Layer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -17,6 +21,10 @@ pub enum StartupError {
     Bind { address: String, source: std::io::Error },
     #[error("invalid client settings: {0}")]
     Client(#[from] sagaworks_resilience::ResilienceError),
+    #[error("invalid [auth] settings: {0}")]
+    Auth(#[from] crate::auth::keys::ConfigError),
+    #[error("invalid [rate_limit] settings: {0}")]
+    RateLimit(#[from] crate::ratelimit::RateLimitError),
     #[error("HTTP server failed: {0}")]
     Serve(#[source] std::io::Error),
 }
@@ -29,17 +37,25 @@ pub struct Application {
 impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         sagaworks_runtime::metrics::handle();
+        let auth = Arc::new(Authenticator::new(&settings.auth)?);
+        let limiter = Limiter::new(&settings.rate_limit)?.map(Arc::new);
         let listener = sagaworks_runtime::bind(&settings.http)
             .await
             .map_err(|source| StartupError::Bind { address: settings.http.address(), source })?;
         let traced = ClientTraceLayer::default();
         let state = AppState {
-            order: OrderServiceClient::new(traced.layer(sagaworks_resilience::channel("order", &settings.order)?)),
+            order: OrderServiceClient::new(
+                traced.layer(sagaworks_resilience::channel("order", &settings.order)?),
+            ),
             inventory: InventoryServiceClient::new(
                 traced.layer(sagaworks_resilience::channel("inventory", &settings.inventory)?),
             ),
-            payment: PaymentServiceClient::new(traced.layer(sagaworks_resilience::channel("payment", &settings.payment)?)),
+            payment: PaymentServiceClient::new(
+                traced.layer(sagaworks_resilience::channel("payment", &settings.payment)?),
+            ),
             settings: settings.api.clone(),
+            auth,
+            limiter,
         };
         Ok(Self { listener, state })
     }
@@ -56,7 +72,11 @@ impl Application {
     }
 
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
-        let router = Self::router(self.state);
-        sagaworks_runtime::serve::http(self.listener, router, shutdown).await.map_err(StartupError::Serve)
+        // The peer address keys the rate limit of requests without a valid token.
+        let app = Self::router(self.state).into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(self.listener, app)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await
+            .map_err(StartupError::Serve)
     }
 }

@@ -1,9 +1,12 @@
 //! Admin endpoints: the catalogue (inventory) and customer accounts (payment).
 
 use super::AppState;
+use crate::auth::Admin;
 use crate::error::ApiError;
 use crate::extract::ApiJson;
-use crate::model::{AddCredit, AddStock, CreateCustomer, CreateProduct, Customer, Product, ProductList};
+use crate::model::{
+    AddCredit, AddStock, CreateCustomer, CreateProduct, Customer, Product, ProductList, optional_id,
+};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -23,6 +26,7 @@ use sagaworks_proto::payment::v1 as pay;
 )]
 pub async fn create_product(
     State(state): State<AppState>,
+    _: Admin,
     ApiJson(body): ApiJson<CreateProduct>,
 ) -> Result<(StatusCode, Json<Product>), ApiError> {
     let request = inv::CreateProductRequest {
@@ -30,30 +34,35 @@ pub async fn create_product(
         name: body.name,
         price_cents: body.price_cents,
         initial_stock: body.initial_stock,
-        id: body.id.unwrap_or_default(),
+        id: optional_id("id", body.id)?,
     };
-    let p = state.inventory.clone().create_product(request).await.map_err(ApiError::downstream("inventory"))?;
+    let p =
+        state.inventory.clone().create_product(request).await.map_err(ApiError::downstream("inventory"))?;
     Ok((StatusCode::CREATED, Json(p.into_inner().into())))
 }
 
 /// A product with its stock counters (available, reserved, sold).
 #[utoipa::path(
     get, path = "/v1/products/{product_id}", tag = "admin",
-    params(("product_id" = String, Path, description = "Product id (UUID)")),
+    params(("product_id" = uuid::Uuid, Path, description = "Product id (UUID)")),
     responses(
         (status = 200, body = Product),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn get_product(State(state): State<AppState>, Path(product_id): Path<String>) -> Result<Json<Product>, ApiError> {
+pub async fn get_product(
+    State(state): State<AppState>,
+    _: Admin,
+    Path(product_id): Path<String>,
+) -> Result<Json<Product>, ApiError> {
     let p = state.inventory.clone().get_stock(inv::GetStockRequest { product_id }).await;
     Ok(Json(p.map_err(ApiError::downstream("inventory"))?.into_inner().into()))
 }
 
 /// Every product, by SKU (at most 1000).
 #[utoipa::path(get, path = "/v1/products", tag = "admin", responses((status = 200, body = ProductList)))]
-pub async fn list_products(State(state): State<AppState>) -> Result<Json<ProductList>, ApiError> {
+pub async fn list_products(State(state): State<AppState>, _: Admin) -> Result<Json<ProductList>, ApiError> {
     let res = state.inventory.clone().list_products(inv::ListProductsRequest { limit: 1000 }).await;
     let products = res.map_err(ApiError::downstream("inventory"))?.into_inner().products;
     Ok(Json(ProductList { products: products.into_iter().map(Into::into).collect() }))
@@ -62,7 +71,7 @@ pub async fn list_products(State(state): State<AppState>) -> Result<Json<Product
 /// Adds units to a product's available stock.
 #[utoipa::path(
     post, path = "/v1/products/{product_id}/stock", tag = "admin", request_body = AddStock,
-    params(("product_id" = String, Path, description = "Product id (UUID)")),
+    params(("product_id" = uuid::Uuid, Path, description = "Product id (UUID)")),
     responses(
         (status = 200, body = Product),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -72,6 +81,7 @@ pub async fn list_products(State(state): State<AppState>) -> Result<Json<Product
 )]
 pub async fn add_stock(
     State(state): State<AppState>,
+    _: Admin,
     Path(product_id): Path<String>,
     ApiJson(body): ApiJson<AddStock>,
 ) -> Result<Json<Product>, ApiError> {
@@ -92,12 +102,13 @@ pub async fn add_stock(
 )]
 pub async fn create_customer(
     State(state): State<AppState>,
+    _: Admin,
     ApiJson(body): ApiJson<CreateCustomer>,
 ) -> Result<(StatusCode, Json<Customer>), ApiError> {
     let request = pay::CreateCustomerRequest {
         name: body.name,
         initial_credit_cents: body.initial_credit_cents,
-        customer_id: body.customer_id.unwrap_or_default(),
+        customer_id: optional_id("customer_id", body.customer_id)?,
     };
     let a = state.payment.clone().create_customer(request).await.map_err(ApiError::downstream("payment"))?;
     Ok((StatusCode::CREATED, Json(a.into_inner().into())))
@@ -106,7 +117,7 @@ pub async fn create_customer(
 /// A customer's account and balance.
 #[utoipa::path(
     get, path = "/v1/customers/{customer_id}", tag = "admin",
-    params(("customer_id" = String, Path, description = "Customer id (UUID)")),
+    params(("customer_id" = uuid::Uuid, Path, description = "Customer id (UUID)")),
     responses(
         (status = 200, body = Customer),
         (status = 404, body = Problem, content_type = "application/problem+json"),
@@ -115,6 +126,7 @@ pub async fn create_customer(
 )]
 pub async fn get_customer(
     State(state): State<AppState>,
+    _: Admin,
     Path(customer_id): Path<String>,
 ) -> Result<Json<Customer>, ApiError> {
     let a = state.payment.clone().get_account(pay::GetAccountRequest { customer_id }).await;
@@ -124,7 +136,7 @@ pub async fn get_customer(
 /// Adds credit to a customer's balance.
 #[utoipa::path(
     post, path = "/v1/customers/{customer_id}/credit", tag = "admin", request_body = AddCredit,
-    params(("customer_id" = String, Path, description = "Customer id (UUID)")),
+    params(("customer_id" = uuid::Uuid, Path, description = "Customer id (UUID)")),
     responses(
         (status = 200, body = Customer),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -134,6 +146,7 @@ pub async fn get_customer(
 )]
 pub async fn add_credit(
     State(state): State<AppState>,
+    _: Admin,
     Path(customer_id): Path<String>,
     ApiJson(body): ApiJson<AddCredit>,
 ) -> Result<Json<Customer>, ApiError> {

@@ -3,8 +3,10 @@
 pub mod admin;
 pub mod orders;
 
+use crate::auth::Authenticator;
 use crate::config::ApiSettings;
 use crate::error::ApiError;
+use crate::ratelimit::Limiter;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
@@ -13,10 +15,16 @@ use sagaworks_proto::order::v1::order_service_client::OrderServiceClient;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use sagaworks_resilience::ResilientChannel;
 use sagaworks_telemetry::grpc::ClientTrace;
+use std::sync::Arc;
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{
+    ContentBuilder, HeaderBuilder, ObjectBuilder, Ref, RefOr, Response, ResponseBuilder, Type,
+};
+use utoipa::{Modify, OpenApi};
 
 /// A downstream channel: the resilience stack, each call traced.
 pub type Channel = ClientTrace<ResilientChannel>;
-use utoipa::OpenApi;
 
 /// What every handler gets: one resilient client per downstream.
 #[derive(Clone)]
@@ -25,6 +33,9 @@ pub struct AppState {
     pub inventory: InventoryServiceClient<Channel>,
     pub payment: PaymentServiceClient<Channel>,
     pub settings: ApiSettings,
+    pub auth: Arc<Authenticator>,
+    /// `None` when rate limiting is disabled.
+    pub limiter: Option<Arc<Limiter>>,
 }
 
 #[derive(OpenApi)]
@@ -36,14 +47,87 @@ pub struct AppState {
         admin::create_customer, admin::get_customer, admin::add_credit,
     ),
     components(schemas(sagaworks_errors::Problem, sagaworks_errors::FieldError)),
-    tags((name = "orders"), (name = "admin"))
+    modifiers(&Security),
+    security(("bearerAuth" = [])),
+    tags(
+        (name = "orders", description = "Customers: their own orders (token `sub` = customer id); admins: all"),
+        (name = "admin", description = "Needs the admin role in the token's `roles` claim"),
+    )
 )]
 pub struct ApiDoc;
+
+/// The bearer scheme, and the 401/403/429/503 (and 413) answers every `/v1` operation can give.
+struct Security;
+
+/// A problem+json response, optionally with a documented header.
+fn problem(description: &str, header: Option<(&str, Type)>) -> Response {
+    let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).build();
+    let mut response =
+        ResponseBuilder::new().description(description).content("application/problem+json", content);
+    if let Some((name, kind)) = header {
+        let header = HeaderBuilder::new().schema(ObjectBuilder::new().schema_type(kind)).build();
+        response = response.header(name, header);
+    }
+    response.build()
+}
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearerAuth",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .description(Some("HS256 (development secret) or RS256 (JWKS); claims sub, exp, roles"))
+                    .build(),
+            ),
+        );
+        let answers = [
+            (
+                "401",
+                problem(
+                    "No bearer token, or an invalid or expired one",
+                    Some(("WWW-Authenticate", Type::String)),
+                ),
+            ),
+            ("403", problem("The caller may not access this resource", None)),
+            (
+                "429",
+                problem(
+                    "Too many requests; retry after Retry-After seconds",
+                    Some(("Retry-After", Type::Integer)),
+                ),
+            ),
+            (
+                "503",
+                problem(
+                    "A service, or the token signing keys, unavailable",
+                    Some(("Retry-After", Type::Integer)),
+                ),
+            ),
+        ];
+        let too_large = problem("Request body too large (api.max_body_bytes)", None);
+        for item in openapi.paths.paths.values_mut() {
+            let ops = [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch];
+            for op in ops.into_iter().flatten() {
+                let responses = &mut op.responses.responses;
+                for (code, response) in &answers {
+                    responses.entry(code.to_string()).or_insert_with(|| RefOr::T(response.clone()));
+                }
+                if op.request_body.is_some() {
+                    responses.entry("413".into()).or_insert_with(|| RefOr::T(too_large.clone()));
+                }
+            }
+        }
+    }
+}
 
 /// The `/v1` routes, `/openapi.json`, and a problem+json fallback.
 pub fn router(state: AppState) -> Router {
     let limit = state.settings.max_body_bytes;
-    Router::new()
+    let guarded = Router::new()
         .route("/v1/orders", post(orders::create_order).get(orders::list_orders))
         .route("/v1/orders/{order_id}", get(orders::get_order))
         .route("/v1/sagas/{saga_id}", get(orders::get_saga))
@@ -53,8 +137,42 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/customers", post(admin::create_customer))
         .route("/v1/customers/{customer_id}", get(admin::get_customer))
         .route("/v1/customers/{customer_id}/credit", post(admin::add_credit))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::guard));
+    Router::new()
+        .merge(guarded)
         .route("/openapi.json", get(|| async { axum::Json(ApiDoc::openapi()) }))
         .fallback(|| async { ApiError::NotFound("no such resource".into()) })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn document_declares_bearer_auth_and_its_answers_on_every_operation() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        assert_eq!(doc["components"]["securitySchemes"]["bearerAuth"]["scheme"], "bearer");
+        assert_eq!(doc["security"][0]["bearerAuth"], serde_json::json!([]));
+        let paths = doc["paths"].as_object().unwrap();
+        assert_eq!(paths.len(), 9);
+        for (path, item) in paths {
+            for (method, op) in item.as_object().unwrap() {
+                for code in ["401", "403", "429", "503"] {
+                    assert!(op["responses"].get(code).is_some(), "{method} {path} lacks {code}");
+                }
+                let has_body = op.get("requestBody").is_some();
+                assert_eq!(op["responses"].get("413").is_some(), has_body, "{method} {path}: 413");
+            }
+        }
+        let r429 = &doc["paths"]["/v1/orders"]["get"]["responses"]["429"];
+        assert_eq!(r429["headers"]["Retry-After"]["schema"]["type"], "integer");
+        let list = &doc["paths"]["/v1/orders"]["get"]["parameters"][0];
+        assert_eq!(
+            (&list["name"], &list["in"], &list["required"]),
+            (&"customer_id".into(), &"query".into(), &true.into())
+        );
+        assert_eq!(list["schema"]["format"], "uuid");
+    }
 }

@@ -1,6 +1,7 @@
 //! Orders and sagas.
 
 use super::AppState;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::model::{CreateOrder, Order, OrderList, Saga};
@@ -15,12 +16,13 @@ use serde::Deserialize;
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
-/// Places an order and runs its saga (reserve stock, charge, confirm; or
-/// compensate and cancel). Answers once the saga finished, or after the
+/// Places an order for the caller (admins: for anyone) and runs its saga
+/// (reserve stock, charge, confirm; or compensate and cancel). Answers once the saga finished, or after the
 /// configured wait with the order still `PENDING`.
 #[utoipa::path(
     post, path = "/v1/orders", tag = "orders", request_body = CreateOrder,
-    params(("Idempotency-Key" = Option<String>, Header, description = "Replays with the same key return the first order (1 to 200 characters)")),
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 200, pattern = r"^[\x20-\x7E]*[\x21-\x7E][\x20-\x7E]*$",
+        description = "Replays with the same key return the first order (1 to 200 visible ASCII characters)")),
     responses(
         (status = 201, description = "Order created (saga finished or still running)", body = Order),
         (status = 200, description = "Replay of an earlier request with the same Idempotency-Key", body = Order),
@@ -32,14 +34,18 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 )]
 pub async fn create_order(
     State(state): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     ApiJson(body): ApiJson<CreateOrder>,
 ) -> Result<Response, ApiError> {
+    caller.may_act_for(&body.customer_id)?;
     let idempotency_key = match headers.get(IDEMPOTENCY_KEY) {
         None => String::new(),
         Some(v) => match v.to_str() {
             Ok(k) if !k.trim().is_empty() && k.len() <= 200 => k.trim().to_string(),
-            _ => return Err(ApiError::invalid("Idempotency-Key", "must be 1 to 200 visible ASCII characters")),
+            _ => {
+                return Err(ApiError::invalid("Idempotency-Key", "must be 1 to 200 visible ASCII characters"));
+            }
         },
     };
     let request = pb::CreateOrderRequest {
@@ -52,7 +58,8 @@ pub async fn create_order(
             .collect(),
         wait_millis: state.settings.order_wait_ms,
     };
-    let res = state.order.clone().create_order(request).await.map_err(ApiError::downstream("order"))?.into_inner();
+    let res =
+        state.order.clone().create_order(request).await.map_err(ApiError::downstream("order"))?.into_inner();
     let order: Order = res.order.ok_or_else(|| ApiError::NotFound("order".into()))?.into();
     let status = if res.replayed { StatusCode::OK } else { StatusCode::CREATED };
     let mut response = (status, Json(&order)).into_response();
@@ -65,31 +72,43 @@ pub async fn create_order(
     Ok(response)
 }
 
-/// An order with its items, total, saga steps and event timeline.
+/// An order with its items, total, saga steps and event timeline (its customer or an admin).
 #[utoipa::path(
     get, path = "/v1/orders/{order_id}", tag = "orders",
-    params(("order_id" = String, Path, description = "Order id (UUID)")),
+    params(("order_id" = uuid::Uuid, Path, description = "Order id (UUID)")),
     responses(
         (status = 200, body = Order),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Not a UUID", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn get_order(State(state): State<AppState>, Path(order_id): Path<String>) -> Result<Json<Order>, ApiError> {
+pub async fn get_order(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(order_id): Path<String>,
+) -> Result<Json<Order>, ApiError> {
+    let order = fetch_order(&state, order_id).await?;
+    caller.may_act_for(&order.customer_id)?;
+    Ok(Json(order.into()))
+}
+
+async fn fetch_order(state: &AppState, order_id: String) -> Result<pb::Order, ApiError> {
     let order = state.order.clone().get_order(pb::GetOrderRequest { order_id }).await;
-    Ok(Json(order.map_err(ApiError::downstream("order"))?.into_inner().into()))
+    Ok(order.map_err(ApiError::downstream("order"))?.into_inner())
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListOrdersQuery {
-    /// Customer id (UUID).
+    /// Customer id (UUID); customers may list only their own.
+    #[param(value_type = uuid::Uuid)]
     pub customer_id: String,
     /// At most this many orders, newest first (default 50, at most 500).
     pub limit: Option<u32>,
 }
 
-/// A customer's orders, newest first.
+/// A customer's orders, newest first (only the caller's own, unless admin).
 #[utoipa::path(
     get, path = "/v1/orders", tag = "orders", params(ListOrdersQuery),
     responses(
@@ -99,25 +118,37 @@ pub struct ListOrdersQuery {
 )]
 pub async fn list_orders(
     State(state): State<AppState>,
+    caller: Caller,
     query: Result<Query<ListOrdersQuery>, QueryRejection>,
 ) -> Result<Json<OrderList>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::invalid("query", e.body_text()))?;
+    caller.may_act_for(&q.customer_id)?;
     let request = pb::ListOrdersRequest { customer_id: q.customer_id, limit: q.limit.unwrap_or(0) };
     let res = state.order.clone().list_orders(request).await.map_err(ApiError::downstream("order"))?;
     Ok(Json(OrderList { orders: res.into_inner().orders.into_iter().map(Into::into).collect() }))
 }
 
-/// A saga's state and the history of its steps.
+/// A saga's state and the history of its steps (only for its order's customer, or an admin).
 #[utoipa::path(
     get, path = "/v1/sagas/{saga_id}", tag = "orders",
-    params(("saga_id" = String, Path, description = "Saga id (UUID)")),
+    params(("saga_id" = uuid::Uuid, Path, description = "Saga id (UUID)")),
     responses(
         (status = 200, body = Saga),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 422, body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn get_saga(State(state): State<AppState>, Path(saga_id): Path<String>) -> Result<Json<Saga>, ApiError> {
+pub async fn get_saga(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(saga_id): Path<String>,
+) -> Result<Json<Saga>, ApiError> {
     let saga = state.order.clone().get_saga(pb::GetSagaRequest { saga_id }).await;
-    Ok(Json(saga.map_err(ApiError::downstream("order"))?.into_inner().into()))
+    let saga = saga.map_err(ApiError::downstream("order"))?.into_inner();
+    if !caller.is_admin() {
+        // A saga belongs to whoever owns its order.
+        let order = fetch_order(&state, saga.order_id.clone()).await?;
+        caller.may_act_for(&order.customer_id)?;
+    }
+    Ok(Json(saga.into()))
 }

@@ -1,0 +1,293 @@
+//! Token verification: which key checks which token, and the JWKS cache.
+//!
+//! * `HS256` tokens are checked with `auth.jwt_secret` (development).
+//! * `RS256` tokens are checked with the RSA key of the JWKS whose `kid`
+//!   matches the token's (or the only RSA key when the token names none).
+//!   Keys come from `auth.jwks_json`, or from `auth.jwks_url`, fetched on
+//!   first use, refreshed after `jwks_refresh_secs`, and again (at most every
+//!   10 s) when a token names a `kid` the cache lacks (key rotation).
+//!
+//! Any other algorithm is refused; so is a JWKS key that is not RSA, so an
+//! `oct` key or an HS256 token can never be checked against public material.
+
+use crate::config::AuthSettings;
+use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
+use serde::Deserialize;
+use std::time::{Duration, Instant};
+use tokio::sync::RwLock;
+
+/// Refetches on an unknown `kid` are at least this far apart.
+const UNKNOWN_KID_REFETCH: Duration = Duration::from_secs(10);
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "auth is enabled but no signing key is configured: set auth.jwt_secret (APP_AUTH__JWT_SECRET, HS256) \
+         or auth.jwks_url (APP_AUTH__JWKS_URL, RS256) or auth.jwks_json; for local development use \
+         APP_AUTH__JWT_SECRET={dev}",
+        dev = crate::config::DEV_ONLY_INSECURE_JWT_SECRET
+    )]
+    NoKeys,
+    #[error("auth.jwt_secret must not be empty")]
+    EmptySecret,
+    #[error("auth.jwks_json is not a JWKS document: {0}")]
+    Jwks(#[source] serde_json::Error),
+    #[error("auth.jwks_url and auth.jwks_json are both set; choose one")]
+    TwoJwks,
+    #[error("cannot build the JWKS HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+/// Why a presented token is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// Bad token: answered with 401.
+    #[error("{0}")]
+    Invalid(String),
+    /// The keys could not be fetched: answered with 503.
+    #[error("{0}")]
+    KeysUnavailable(String),
+}
+
+/// The claims the gateway reads.
+#[derive(Debug, Deserialize)]
+pub struct Claims {
+    pub sub: String,
+    #[serde(default)]
+    pub roles: Vec<String>,
+}
+
+enum Jwks {
+    Static(JwkSet),
+    Remote { url: String, client: reqwest::Client, refresh: Duration, cache: RwLock<Option<Fetched>> },
+}
+
+struct Fetched {
+    keys: JwkSet,
+    at: Instant,
+}
+
+/// Checks bearer tokens against the configured keys and claims.
+pub struct Verifier {
+    secret: Option<DecodingKey>,
+    jwks: Option<Jwks>,
+    issuer: Option<String>,
+    audience: Option<String>,
+    leeway: u64,
+}
+
+impl Verifier {
+    pub fn new(settings: &AuthSettings) -> Result<Self, ConfigError> {
+        let secret = match settings.jwt_secret.as_deref() {
+            Some("") => return Err(ConfigError::EmptySecret),
+            Some(s) => Some(DecodingKey::from_secret(s.as_bytes())),
+            None => None,
+        };
+        let jwks = match (&settings.jwks_url, &settings.jwks_json) {
+            (Some(_), Some(_)) => return Err(ConfigError::TwoJwks),
+            (None, Some(json)) => Some(Jwks::Static(serde_json::from_str(json).map_err(ConfigError::Jwks)?)),
+            (Some(url), None) => Some(Jwks::Remote {
+                url: url.clone(),
+                client: reqwest::Client::builder()
+                    .timeout(FETCH_TIMEOUT)
+                    .build()
+                    .map_err(ConfigError::Client)?,
+                refresh: Duration::from_secs(settings.jwks_refresh_secs.max(1)),
+                cache: RwLock::new(None),
+            }),
+            (None, None) => None,
+        };
+        if secret.is_none() && jwks.is_none() {
+            return Err(ConfigError::NoKeys);
+        }
+        if settings.jwt_secret.as_deref() == Some(crate::config::DEV_ONLY_INSECURE_JWT_SECRET) {
+            tracing::warn!("auth.jwt_secret is the development secret: anyone can mint tokens");
+        }
+        Ok(Self {
+            secret,
+            jwks,
+            issuer: settings.issuer.clone(),
+            audience: settings.audience.clone(),
+            leeway: settings.leeway_secs,
+        })
+    }
+
+    /// Verifies `token` (signature, `exp`, `nbf`, `iss`, `aud`) and returns its claims.
+    pub async fn verify(&self, token: &str) -> Result<Claims, VerifyError> {
+        let header =
+            decode_header(token).map_err(|e| VerifyError::Invalid(format!("malformed token: {e}")))?;
+        let key = match header.alg {
+            Algorithm::HS256 => {
+                self.secret.clone().ok_or_else(|| invalid("HS256 tokens are not accepted"))?
+            }
+            Algorithm::RS256 => self.rsa_key(header.kid.as_deref()).await?,
+            other => return Err(invalid(&format!("{other:?} tokens are not accepted"))),
+        };
+        let mut validation = Validation::new(header.alg);
+        validation.leeway = self.leeway;
+        validation.validate_nbf = true;
+        // jsonwebtoken checks `iss` / `aud` only when present, so configured ones are also required.
+        let mut required = vec!["exp", "sub"];
+        if let Some(iss) = &self.issuer {
+            validation.set_issuer(&[iss]);
+            required.push("iss");
+        }
+        match &self.audience {
+            Some(aud) => {
+                validation.set_audience(&[aud]);
+                required.push("aud");
+            }
+            None => validation.validate_aud = false,
+        }
+        validation.set_required_spec_claims(&required);
+        let data =
+            decode::<Claims>(token, &key, &validation).map_err(|e| VerifyError::Invalid(describe(&e)))?;
+        if data.claims.sub.is_empty() {
+            return Err(invalid("the token has an empty sub"));
+        }
+        Ok(data.claims)
+    }
+
+    async fn rsa_key(&self, kid: Option<&str>) -> Result<DecodingKey, VerifyError> {
+        match &self.jwks {
+            None => Err(invalid("RS256 tokens are not accepted")),
+            Some(Jwks::Static(keys)) => pick(keys, kid),
+            Some(Jwks::Remote { url, client, refresh, cache }) => {
+                {
+                    let cached = cache.read().await;
+                    if let Some(f) = cached.as_ref().filter(|f| f.at.elapsed() < *refresh) {
+                        match pick(&f.keys, kid) {
+                            Ok(key) => return Ok(key),
+                            Err(e) if f.at.elapsed() < UNKNOWN_KID_REFETCH => return Err(e),
+                            Err(_) => {}
+                        }
+                    }
+                }
+                let mut cached = cache.write().await;
+                // Another request may have refreshed while this one waited.
+                let fresh = cached.as_ref().is_some_and(|f| f.at.elapsed() < UNKNOWN_KID_REFETCH);
+                if !fresh {
+                    match fetch(client, url).await {
+                        Ok(keys) => *cached = Some(Fetched { keys, at: Instant::now() }),
+                        // Keep serving the keys we have while the provider is down.
+                        Err(e) if cached.is_some() => tracing::warn!(%url, error = %e, "JWKS refresh failed"),
+                        Err(e) => return Err(VerifyError::KeysUnavailable(format!("{url}: {e}"))),
+                    }
+                }
+                match cached.as_ref() {
+                    Some(f) => pick(&f.keys, kid),
+                    None => Err(VerifyError::KeysUnavailable(url.clone())),
+                }
+            }
+        }
+    }
+}
+
+async fn fetch(client: &reqwest::Client, url: &str) -> Result<JwkSet, reqwest::Error> {
+    client.get(url).send().await?.error_for_status()?.json().await
+}
+
+fn invalid(message: &str) -> VerifyError {
+    VerifyError::Invalid(message.to_string())
+}
+
+/// The RSA key named `kid`, or the only RSA key when the token names none.
+fn pick(keys: &JwkSet, kid: Option<&str>) -> Result<DecodingKey, VerifyError> {
+    let mut rsa = keys.keys.iter().filter(|k| matches!(k.algorithm, AlgorithmParameters::RSA(_)));
+    let jwk = match kid {
+        Some(kid) => rsa.find(|k| k.common.key_id.as_deref() == Some(kid)),
+        None => match (rsa.next(), rsa.next()) {
+            (Some(only), None) => Some(only),
+            _ => None,
+        },
+    };
+    let jwk = jwk.ok_or_else(|| invalid("no signing key matches the token's kid"))?;
+    DecodingKey::from_jwk(jwk).map_err(|e| VerifyError::Invalid(format!("unusable signing key: {e}")))
+}
+
+fn describe(e: &jsonwebtoken::errors::Error) -> String {
+    use jsonwebtoken::errors::ErrorKind;
+    match e.kind() {
+        ErrorKind::ExpiredSignature => "the token has expired".into(),
+        ErrorKind::ImmatureSignature => "the token is not valid yet".into(),
+        ErrorKind::InvalidSignature => "the token's signature does not verify".into(),
+        ErrorKind::InvalidAudience => "the token is for another audience".into(),
+        ErrorKind::InvalidIssuer => "the token is from another issuer".into(),
+        ErrorKind::MissingRequiredClaim(c) => format!("the token lacks the {c} claim"),
+        _ => format!("invalid token: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    use serde_json::json;
+
+    fn settings() -> AuthSettings {
+        AuthSettings { jwt_secret: Some("unit-test-secret".into()), ..Default::default() }
+    }
+
+    fn token(secret: &str, claims: serde_json::Value) -> String {
+        encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret.as_bytes())).unwrap()
+    }
+
+    fn exp(offset_secs: i64) -> i64 {
+        chrono::Utc::now().timestamp() + offset_secs
+    }
+
+    #[test]
+    fn no_key_source_is_a_start_up_error() {
+        let err = Verifier::new(&AuthSettings::default()).err().expect("refused");
+        assert!(matches!(err, ConfigError::NoKeys));
+        assert!(err.to_string().contains("APP_AUTH__JWT_SECRET"), "{err}");
+        let empty = AuthSettings { jwt_secret: Some(String::new()), ..Default::default() };
+        assert!(matches!(Verifier::new(&empty), Err(ConfigError::EmptySecret)));
+        let bad = AuthSettings { jwks_json: Some("{".into()), ..Default::default() };
+        assert!(matches!(Verifier::new(&bad), Err(ConfigError::Jwks(_))));
+    }
+
+    #[tokio::test]
+    async fn hs256_claims_are_checked() {
+        let v = Verifier::new(&settings()).unwrap();
+        let ok = token("unit-test-secret", json!({"sub": "c1", "roles": ["admin"], "exp": exp(60)}));
+        let claims = v.verify(&ok).await.unwrap();
+        assert_eq!((claims.sub.as_str(), claims.roles), ("c1", vec!["admin".to_string()]));
+
+        let wrong_secret = token("other", json!({"sub": "c1", "exp": exp(60)}));
+        let expired = token("unit-test-secret", json!({"sub": "c1", "exp": exp(-120)}));
+        let no_sub = token("unit-test-secret", json!({"exp": exp(60)}));
+        let no_exp = token("unit-test-secret", json!({"sub": "c1"}));
+        for bad in [wrong_secret, expired, no_sub, no_exp, "not.a.jwt".into()] {
+            assert!(matches!(v.verify(&bad).await, Err(VerifyError::Invalid(_))), "{bad} accepted");
+        }
+    }
+
+    #[tokio::test]
+    async fn issuer_and_audience_are_enforced_when_configured() {
+        let s = AuthSettings { issuer: Some("idp".into()), audience: Some("sagaworks".into()), ..settings() };
+        let v = Verifier::new(&s).unwrap();
+        let good =
+            token("unit-test-secret", json!({"sub": "c", "exp": exp(60), "iss": "idp", "aud": "sagaworks"}));
+        assert!(v.verify(&good).await.is_ok());
+        let wrong_aud =
+            token("unit-test-secret", json!({"sub": "c", "exp": exp(60), "iss": "idp", "aud": "x"}));
+        let wrong_iss =
+            token("unit-test-secret", json!({"sub": "c", "exp": exp(60), "iss": "x", "aud": "sagaworks"}));
+        let no_aud = token("unit-test-secret", json!({"sub": "c", "exp": exp(60), "iss": "idp"}));
+        let no_iss = token("unit-test-secret", json!({"sub": "c", "exp": exp(60), "aud": "sagaworks"}));
+        for bad in [wrong_aud, wrong_iss, no_aud, no_iss] {
+            assert!(matches!(v.verify(&bad).await, Err(VerifyError::Invalid(_))));
+        }
+    }
+
+    #[tokio::test]
+    async fn hs256_is_refused_when_only_a_jwks_is_configured() {
+        let s = AuthSettings { jwks_json: Some(r#"{"keys":[]}"#.into()), ..Default::default() };
+        let v = Verifier::new(&s).unwrap();
+        let t = token("anything", json!({"sub": "c", "exp": exp(60)}));
+        assert!(matches!(v.verify(&t).await, Err(VerifyError::Invalid(m)) if m.contains("HS256")));
+    }
+}
