@@ -1,0 +1,28 @@
+//! Operator tools for a running sagaworks system (`scripts/load`,
+//! `scripts/chaos`):
+//!
+//! * [`fixture`]: seed products and customers through the gateway and save
+//!   them as JSON.
+//! * [`load`]: a closed-loop load generator for `POST /v1/orders` with exact
+//!   latency percentiles ([`stats`]).
+//! * [`check`]: the invariants a run must keep (orders terminal, stock
+//!   conserved, money balanced, every event on Kafka exactly once after dedup).
+//! * [`token`]: bearer tokens for the gateway (fixed, or minted with its HS256 secret).
+//! * [`pg`]: connections to the service databases and the server's commit counter.
+//!
+//! The binary (`sagaworks-tools seed|load|check`) wires them to flags.
+
+pub mod api;
+pub mod args;
+pub mod check;
+pub mod error;
+pub mod fixture;
+pub mod load;
+pub mod pg;
+pub mod stats;
+pub mod token;
+
+pub use api::{Api, PlaceOutcome};
+pub use error::ToolError;
+pub use fixture::{Fixture, FixtureCustomer, FixtureProduct, SeedPlan};
+pub use token::Tokens;

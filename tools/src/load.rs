@@ -1,0 +1,129 @@
+//! The load generator: a fixed number of closed-loop workers, each placing an
+//! order (random customer, 1..=`lines` random products, quantity
+//! 1..=`max_quantity`) and waiting for the answer before the next. `POST
+//! /v1/orders` answers when the saga finished (or after the gateway's wait),
+//! so a `CONFIRMED`/`CANCELLED` answer is a completed saga and its latency is
+//! the saga's end-to-end latency.
+
+use crate::stats::Latencies;
+use crate::{Api, Fixture, PlaceOutcome, ToolError};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct LoadPlan {
+    pub concurrency: usize,
+    pub duration: Duration,
+    pub lines: usize,
+    pub max_quantity: i64,
+}
+
+/// What a run did.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    pub elapsed: Duration,
+    /// Orders the gateway accepted (201/200), with the status it answered.
+    pub accepted: Vec<(String, String)>,
+    /// Answers other than 201/200, by HTTP status.
+    pub rejected: BTreeMap<u16, u64>,
+    /// Transport failures (refused, reset, timed out), by kind.
+    pub failed: BTreeMap<String, u64>,
+    /// Latencies of completed sagas (accepted and CONFIRMED or CANCELLED).
+    pub completed_latency: Latencies,
+}
+
+impl LoadReport {
+    pub fn count(&self, status: &str) -> usize {
+        self.accepted.iter().filter(|(_, s)| s == status).count()
+    }
+
+    pub fn completed(&self) -> usize {
+        self.count("CONFIRMED") + self.count("CANCELLED")
+    }
+
+    pub fn sagas_per_sec(&self) -> f64 {
+        self.completed() as f64 / self.elapsed.as_secs_f64().max(f64::EPSILON)
+    }
+
+    fn merge(&mut self, other: LoadReport) {
+        self.accepted.extend(other.accepted);
+        for (k, v) in other.rejected {
+            *self.rejected.entry(k).or_default() += v;
+        }
+        for (k, v) in other.failed {
+            *self.failed.entry(k).or_default() += v;
+        }
+        self.completed_latency.merge(other.completed_latency);
+    }
+}
+
+fn failure_kind(e: &ToolError) -> String {
+    let ToolError::Http(e) = e else { return e.to_string() };
+    if e.is_timeout() {
+        "timeout".into()
+    } else if e.is_connect() {
+        "connect".into()
+    } else if e.is_decode() {
+        "decode".into()
+    } else {
+        "transport".into()
+    }
+}
+
+async fn worker(api: Arc<Api>, fixture: Arc<Fixture>, plan: LoadPlan, deadline: Instant) -> LoadReport {
+    let mut rng = StdRng::from_os_rng();
+    let mut report = LoadReport::default();
+    while Instant::now() < deadline {
+        let customer = &fixture.customers[rng.random_range(0..fixture.customers.len())].id;
+        let lines = rng.random_range(1..=plan.lines.min(fixture.products.len()));
+        let mut items: Vec<(String, i64)> = Vec::with_capacity(lines);
+        while items.len() < lines {
+            let p = &fixture.products[rng.random_range(0..fixture.products.len())].id;
+            if !items.iter().any(|(id, _)| id == p) {
+                items.push((p.clone(), rng.random_range(1..=plan.max_quantity)));
+            }
+        }
+        let key = uuid::Uuid::new_v4().to_string();
+        let started = Instant::now();
+        match api.place_order(customer, &items, &key).await {
+            Ok(PlaceOutcome::Accepted { order_id, status }) => {
+                if status == "CONFIRMED" || status == "CANCELLED" {
+                    report.completed_latency.record(started.elapsed());
+                }
+                report.accepted.push((order_id, status));
+            }
+            Ok(PlaceOutcome::Rejected { status }) => *report.rejected.entry(status).or_default() += 1,
+            Err(e) => {
+                *report.failed.entry(failure_kind(&e)).or_default() += 1;
+                // A dead gateway refuses instantly; don't spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    report
+}
+
+/// Runs `plan.concurrency` workers for `plan.duration`.
+pub async fn run(api: Arc<Api>, fixture: Arc<Fixture>, plan: LoadPlan) -> Result<LoadReport, ToolError> {
+    if fixture.products.is_empty() || fixture.customers.is_empty() {
+        return Err(ToolError::Usage("the fixture needs at least one product and one customer".into()));
+    }
+    if plan.lines == 0 || plan.max_quantity < 1 {
+        return Err(ToolError::Usage("--lines and --max-quantity must be at least 1".into()));
+    }
+    let started = Instant::now();
+    let deadline = started + plan.duration;
+    let workers: Vec<_> = (0..plan.concurrency.max(1))
+        .map(|_| tokio::spawn(worker(api.clone(), fixture.clone(), plan.clone(), deadline)))
+        .collect();
+    let mut report = LoadReport::default();
+    for w in workers {
+        let r = w.await?;
+        report.merge(r);
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
