@@ -27,7 +27,8 @@
 //! When the stack refuses or cuts a call the caller gets a `tonic::Status` marked with
 //! [`REJECTION_METADATA`]; [`rejection`] classifies it: `CircuitOpen` (`UNAVAILABLE`) and
 //! `BulkheadFull` (`RESOURCE_EXHAUSTED`) map to 503 + `Retry-After` in the gateway,
-//! `Timeout` (`DEADLINE_EXCEEDED`) to 504; the saga treats all of them as step failures.
+//! `Timeout` (`DEADLINE_EXCEEDED`) to 504; the saga treats them as step failures, and
+//! one that was never sent (below) as a step that had no effect.
 //!
 //! # Was it sent?
 //!
