@@ -6,13 +6,13 @@
 //! item through the transactional outbox, and keeps a read model of confirmed
 //! orders fed by a Kafka consumer. It owns its database; nothing else reads it.
 //!
-//! * [`config`]: settings.
-//! * [`startup`]: [`startup::Application`], built by `main` and by tests.
-//! * [`grpc`]: request validation and mapping to the protobuf contract.
-//! * [`items`]: the item rules, on the database.
-//! * [`events`]: what this service does with other services' events.
-//! * [`error`]: errors and their one mapping to gRPC codes.
-//! * [`pb`]: the generated gRPC contract (`proto/{{name}}.proto`).
+//! * [`config`] - settings.
+//! * [`startup`] - [`startup::Application`], built by `main` and by tests.
+//! * [`grpc`] - request validation and mapping to the protobuf contract.
+//! * [`items`] - the item rules, on the database.
+//! * [`events`] - what this service does with other services' events.
+//! * [`error`] - errors and their one mapping to gRPC codes.
+//! * [`pb`] - the generated gRPC contract (`proto/{{name}}.proto`).
 
 pub mod config;
 pub mod error;
