@@ -28,6 +28,11 @@
 //! under `max_poll_interval_ms`, or the broker evicts the consumer from its
 //! group while it waits.
 //!
+//! Each message is handled inside a `process {topic}` consumer span (a new
+//! trace with a span link to the producer span named by the message's
+//! `traceparent` header), so the handler's spans and logs belong to it; a
+//! dead-lettered message ends it with an error status.
+//!
 //! After a rebalance a worker may still finish messages of a partition that
 //! moved to another group member; both may then handle (the inbox makes the
 //! second a no-op) and commit it, which can only cause redelivery, never loss.
@@ -38,16 +43,21 @@ use crate::kafka::{self, TopicSettings, headers};
 use crate::metrics as m;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use opentelemetry::trace::Status;
 use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
 use rdkafka::message::{Header, Headers, Message, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use sagaworks_config::KafkaSettings;
+use sagaworks_telemetry::messaging::{KafkaMessage, consumer_span};
+use sagaworks_telemetry::propagation::context_from_pairs;
 use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgPool};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 use uuid::Uuid;
 
 /// Settings of one consumer group.
@@ -362,7 +372,19 @@ impl<H: Handler> Consumer<H> {
         }
     }
 
+    /// Handles one message inside its `process {topic}` span: a new trace,
+    /// linked to the producer's span named by the message's trace headers.
     async fn process(&self, msg: &OwnedMessage, shutdown: &CancellationToken) -> Result<(), Interrupted> {
+        let span = process_span(msg, &self.settings.group_id);
+        self.process_in_span(msg, shutdown, &span).instrument(span.clone()).await
+    }
+
+    async fn process_in_span(
+        &self,
+        msg: &OwnedMessage,
+        shutdown: &CancellationToken,
+        span: &tracing::Span,
+    ) -> Result<(), Interrupted> {
         let group = &self.settings.group_id;
         let outcome = match ReceivedEvent::from_message(msg) {
             Err(e) => {
@@ -371,6 +393,9 @@ impl<H: Handler> Consumer<H> {
             }
             Ok(event) => self.handle_with_retries(msg, &event, shutdown).await?,
         };
+        if let Outcome::DeadLettered = outcome {
+            span.set_status(Status::error("dead-lettered"));
+        }
         let topic = msg.topic().to_string();
         metrics::counter!(m::CONSUMER_PROCESSED_TOTAL, "group" => group.clone(), "topic" => topic,
             "outcome" => outcome.label())
@@ -521,6 +546,21 @@ impl<H: Handler> Consumer<H> {
             }
         });
     }
+}
+
+/// The consumer span of `msg` (see [`consumer_span`]).
+fn process_span(msg: &OwnedMessage, group: &str) -> tracing::Span {
+    let producer = context_from_pairs(
+        msg.headers().into_iter().flat_map(|h| h.iter()).map(|h| (h.key, h.value.unwrap_or_default())),
+    );
+    let mut message = KafkaMessage::new(msg.topic())
+        .with_partition(msg.partition())
+        .with_offset(msg.offset())
+        .with_consumer_group(group);
+    if let Some(key) = msg.key().and_then(|k| std::str::from_utf8(k).ok()) {
+        message = message.with_key(key);
+    }
+    consumer_span(&message, &producer)
 }
 
 #[cfg(test)]

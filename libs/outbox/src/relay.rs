@@ -37,6 +37,15 @@
 //! between steps 1 and 2 are later than the head (seq = commit order), so
 //! reading them in step 2 keeps the prefix contiguous.
 //!
+//! # Tracing
+//!
+//! Each row is sent inside a `send {topic}` producer span whose parent is the
+//! trace context the writer stored with the row, so the send shows up in the
+//! trace of the business operation that wrote the event. The Kafka
+//! `traceparent`/`tracestate` headers carry the producer span's context; a
+//! consumer links its `process {topic}` span to it. The span ends with the
+//! broker's ack (partition and offset recorded) or with an error status.
+//!
 //! # Failures
 //!
 //! Nothing is dropped: rows whose ack failed stay unpublished and are sent
@@ -57,16 +66,21 @@ use crate::kafka::{self, TopicSettings, headers};
 use crate::metrics as m;
 use crate::{NOTIFY_CHANNEL, OutboxError};
 use chrono::{DateTime, SecondsFormat, Utc};
+use opentelemetry::trace::Status;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use sagaworks_config::KafkaSettings;
+use sagaworks_telemetry::messaging::{KafkaMessage, producer_span};
+use sagaworks_telemetry::propagation::{context_from_traceparent, headers_for};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// How often published rows older than the retention period are deleted.
 const PURGE_EVERY: Duration = Duration::from_secs(60);
@@ -320,27 +334,36 @@ impl Relay {
 
     /// Enqueues every row in order and awaits the acks; `true` = acked. Once
     /// one event of an aggregate cannot be enqueued, its later events are not
-    /// enqueued either.
+    /// enqueued either. Each row is sent inside its own producer span, which
+    /// ends when the broker acked (or refused) it.
     async fn send_all(&self, rows: &[Row]) -> Vec<bool> {
         let mut pending: Vec<Option<DeliveryFuture>> = Vec::with_capacity(rows.len());
+        let mut spans: Vec<tracing::Span> = Vec::with_capacity(rows.len());
         let mut blocked: HashSet<&str> = HashSet::new();
         let mut topics: HashMap<&str, String> = HashMap::new();
         for row in rows {
-            if blocked.contains(row.aggregate_id.as_str()) {
-                pending.push(None);
-                continue;
-            }
             let topic = topics
                 .entry(row.aggregate_type.as_str())
                 .or_insert_with(|| kafka::topic_name(&self.kafka, &row.aggregate_type));
-            match self.enqueue(topic, row).await {
+            let span = send_span(topic, row);
+            if blocked.contains(row.aggregate_id.as_str()) {
+                span.set_status(Status::error("not sent: an earlier event of the aggregate failed"));
+                spans.push(span);
+                pending.push(None);
+                continue;
+            }
+            match self.enqueue(topic, row, &span).instrument(span.clone()).await {
                 Ok(f) => pending.push(Some(f)),
                 Err(e) => {
-                    tracing::warn!(error = %e, event_id = %row.id, "cannot enqueue outbox event");
+                    span.in_scope(
+                        || tracing::warn!(error = %e, event_id = %row.id, "cannot enqueue outbox event"),
+                    );
+                    span.set_status(Status::error(e.to_string()));
                     blocked.insert(row.aggregate_id.as_str());
                     pending.push(None);
                 }
             }
+            spans.push(span);
         }
         let service = &self.settings.service;
         let results = futures::future::join_all(pending.into_iter().map(|f| async move {
@@ -352,15 +375,21 @@ impl Relay {
         .await;
         rows.iter()
             .zip(results)
-            .map(|(row, r)| match r {
-                Ok(Ok(_)) => {
+            .zip(spans)
+            .map(|((row, r), span)| match r {
+                Ok(Ok(delivery)) => {
+                    span.record("messaging.destination.partition.id", delivery.partition.to_string());
+                    span.record("messaging.kafka.offset", delivery.offset);
                     let age = (Utc::now() - row.created_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
                     metrics::histogram!(m::OUTBOX_PUBLISH_LATENCY_SECONDS, "service" => service.clone())
                         .record(age.max(0.0));
                     true
                 }
                 Ok(Err((e, _))) => {
-                    tracing::debug!(error = %e, event_id = %row.id, "outbox event not acked");
+                    span.in_scope(
+                        || tracing::debug!(error = %e, event_id = %row.id, "outbox event not acked"),
+                    );
+                    span.set_status(Status::error(e.to_string()));
                     false
                 }
                 Err(_) => false,
@@ -368,8 +397,14 @@ impl Relay {
             .collect()
     }
 
-    /// Enqueues one row, waiting while librdkafka's queue is full.
-    async fn enqueue(&self, topic: &str, row: &Row) -> Result<DeliveryFuture, KafkaError> {
+    /// Enqueues one row, waiting while librdkafka's queue is full. `span` is
+    /// the row's producer span: its context goes into the trace headers.
+    async fn enqueue(
+        &self,
+        topic: &str,
+        row: &Row,
+        span: &tracing::Span,
+    ) -> Result<DeliveryFuture, KafkaError> {
         let time = row.created_at.to_rfc3339_opts(SecondsFormat::Micros, true);
         let id = row.id.to_string();
         let schema_version = row.schema_version.to_string();
@@ -382,11 +417,8 @@ impl Relay {
             .insert(Header { key: headers::CE_SCHEMAVERSION, value: Some(schema_version.as_str()) })
             .insert(Header { key: headers::CE_AGGREGATEID, value: Some(row.aggregate_id.as_str()) })
             .insert(Header { key: headers::CONTENT_TYPE, value: Some(row.content_type.as_str()) });
-        if let Some(tp) = &row.traceparent {
-            h = h.insert(Header { key: headers::TRACEPARENT, value: Some(tp.as_str()) });
-        }
-        if let Some(ts) = &row.tracestate {
-            h = h.insert(Header { key: headers::TRACESTATE, value: Some(ts.as_str()) });
+        for (key, value) in trace_headers(row, span) {
+            h = h.insert(Header { key: key.as_str(), value: Some(value.as_str()) });
         }
         let mut record =
             FutureRecord::to(topic).key(row.aggregate_id.as_str()).payload(&row.payload).headers(h);
@@ -401,6 +433,31 @@ impl Relay {
             }
         }
     }
+}
+
+/// The `send {topic}` span of one row: a child of the context the writer
+/// stored with the row (a new root when it stored none).
+fn send_span(topic: &str, row: &Row) -> tracing::Span {
+    let parent = row
+        .traceparent
+        .as_deref()
+        .map(|tp| context_from_traceparent(tp, row.tracestate.as_deref()))
+        .unwrap_or_default();
+    producer_span(&KafkaMessage::new(topic).with_key(&row.aggregate_id), parent)
+}
+
+/// The `traceparent`/`tracestate` headers of a row: the producer span's
+/// context, so a consumer links to the send; without OpenTelemetry installed
+/// (the span has no context) the writer's stored values, passed through.
+fn trace_headers(row: &Row, span: &tracing::Span) -> Vec<(String, String)> {
+    let from_span = headers_for(&span.context());
+    if !from_span.is_empty() {
+        return from_span;
+    }
+    [(headers::TRACEPARENT, &row.traceparent), (headers::TRACESTATE, &row.tracestate)]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key.to_owned(), value.clone()?)))
+        .collect()
 }
 
 fn m_error(service: &str, n: u64) {

@@ -60,8 +60,9 @@ impl OutboxWriter {
     }
 
     /// Records `event` on the caller's transaction and returns its id. The
-    /// current span's trace context is stored with it, so the consumer's span
-    /// links back to the trace that caused the event.
+    /// current span's trace context (`traceparent`, `tracestate`) is stored
+    /// with it: the relay's producer span continues that trace, and the
+    /// consumer's span links back to it.
     pub async fn write(&self, conn: &mut PgConnection, event: NewEvent) -> Result<Uuid, OutboxError> {
         let payload = serde_json::to_vec(&event.payload)?;
         if payload.len() > MAX_PAYLOAD_BYTES {
@@ -73,10 +74,11 @@ impl OutboxWriter {
         }
         let id = Uuid::now_v7();
         let traceparent = sagaworks_telemetry::propagation::current_traceparent();
+        let tracestate = sagaworks_telemetry::propagation::current_tracestate();
         sqlx::query(
             "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, source,
-                                 content_type, payload, traceparent)
-             VALUES ($1, $2, $3, $4, $5, $6, 'application/json', $7, $8)",
+                                 content_type, payload, traceparent, tracestate)
+             VALUES ($1, $2, $3, $4, $5, $6, 'application/json', $7, $8, $9)",
         )
         .bind(id)
         .bind(&event.aggregate_type)
@@ -86,6 +88,7 @@ impl OutboxWriter {
         .bind(&self.source)
         .bind(payload)
         .bind(traceparent)
+        .bind(tracestate)
         .execute(&mut *conn)
         .await?;
         // Delivered at commit, and only if the transaction commits.
