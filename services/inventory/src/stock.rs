@@ -77,6 +77,9 @@ struct ReservationEvent<'a> {
     total_cents: i64,
 }
 
+#[tracing::instrument(name = "db.create", skip_all, fields(
+    otel.name = "create products", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
+    db.operation.name = "create", db.collection.name = "products"))]
 pub async fn create_product(conn: &mut PgConnection, outbox: &OutboxWriter, p: NewProduct) -> Result<Product> {
     let product = sqlx::query_as::<_, Product>(&format!(
         "INSERT INTO products (id, sku, name, price_cents, available) VALUES ($1, $2, $3, $4, $5)
@@ -98,6 +101,9 @@ pub async fn create_product(conn: &mut PgConnection, outbox: &OutboxWriter, p: N
     Ok(product)
 }
 
+#[tracing::instrument(name = "db.add_stock", skip_all, fields(
+    otel.name = "add_stock products", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
+    db.operation.name = "add_stock", db.collection.name = "products"))]
 pub async fn add_stock(conn: &mut PgConnection, outbox: &OutboxWriter, id: Uuid, quantity: i64) -> Result<Product> {
     let product = sqlx::query_as::<_, Product>(&format!(
         "UPDATE products SET available = available + $2, updated_at = now() WHERE id = $1 RETURNING {PRODUCT_COLUMNS}"
@@ -158,6 +164,9 @@ async fn load_reservation(conn: &mut PgConnection, id: Uuid) -> Result<Option<Re
 
 /// Reserves every item or none. `items` maps product id to quantity (duplicates
 /// already summed); iteration order is the lock order.
+#[tracing::instrument(name = "db.reserve", skip_all, fields(
+    otel.name = "reserve reservations", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
+    db.operation.name = "reserve", db.collection.name = "reservations"))]
 pub async fn reserve(
     conn: &mut PgConnection,
     outbox: &OutboxWriter,
@@ -228,6 +237,9 @@ async fn insert_lines(conn: &mut PgConnection, reservation_id: Uuid, lines: &[Li
 
 /// Gives reserved units back. Releasing an unknown reservation leaves a
 /// tombstone, so a reserve that arrives late (after its saga gave up) is refused.
+#[tracing::instrument(name = "db.release", skip_all, fields(
+    otel.name = "release reservations", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
+    db.operation.name = "release", db.collection.name = "reservations"))]
 pub async fn release(
     conn: &mut PgConnection,
     outbox: &OutboxWriter,
@@ -266,6 +278,9 @@ pub async fn release(
 
 /// Turns a reservation into a sale (on `OrderConfirmed`). Idempotent; a
 /// reservation that is unknown or released is left alone and reported.
+#[tracing::instrument(name = "db.commit", skip_all, fields(
+    otel.name = "commit reservations", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
+    db.operation.name = "commit", db.collection.name = "reservations"))]
 pub async fn commit(conn: &mut PgConnection, outbox: &OutboxWriter, reservation_id: Uuid) -> Result<Reservation> {
     let mut r = lock_reservation(conn, reservation_id).await?.ok_or(Error::ReservationNotFound(reservation_id))?;
     match r.status {

@@ -79,6 +79,9 @@ const ORDER_COLUMNS: &str = "id, customer_id, status, total_cents, failure_reaso
 
 /// Inserts the PENDING order, its items and its RUNNING saga (leased to
 /// `owner`), and records `OrderCreated`, all in the caller's transaction.
+#[tracing::instrument(name = "db.create", skip_all, fields(
+    otel.name = "create orders", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
+    db.operation.name = "create", db.collection.name = "orders"))]
 pub async fn create(
     conn: &mut PgConnection,
     outbox: &OutboxWriter,

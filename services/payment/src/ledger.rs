@@ -49,6 +49,9 @@ fn payment_event(p: &Payment) -> serde_json::Value {
     })
 }
 
+#[tracing::instrument(name = "db.open", skip_all, fields(
+    otel.name = "open accounts", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
+    db.operation.name = "open", db.collection.name = "accounts"))]
 pub async fn open_account(
     conn: &mut PgConnection,
     outbox: &OutboxWriter,
@@ -71,6 +74,9 @@ pub async fn open_account(
     Ok(account)
 }
 
+#[tracing::instrument(name = "db.credit", skip_all, fields(
+    otel.name = "credit accounts", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
+    db.operation.name = "credit", db.collection.name = "accounts"))]
 pub async fn add_credit(conn: &mut PgConnection, outbox: &OutboxWriter, customer_id: Uuid, amount: i64) -> Result<Account> {
     let account = sqlx::query_as::<_, Account>(&format!(
         "UPDATE accounts SET balance_cents = balance_cents + $2, updated_at = now()
@@ -121,6 +127,9 @@ async fn lock_payment(conn: &mut PgConnection, id: Uuid) -> Result<Option<Paymen
 }
 
 /// Takes `amount_cents` from the customer's balance, at most once per payment id.
+#[tracing::instrument(name = "db.charge", skip_all, fields(
+    otel.name = "charge payments", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
+    db.operation.name = "charge", db.collection.name = "payments"))]
 pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -> Result<Payment> {
     if let Some(existing) = lock_payment(conn, c.payment_id).await? {
         return match existing.status {
@@ -170,6 +179,9 @@ pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -
 
 /// Gives a charge back. Refunding an unknown payment leaves a VOIDED
 /// tombstone, so a charge that arrives late (after its saga gave up) is refused.
+#[tracing::instrument(name = "db.refund", skip_all, fields(
+    otel.name = "refund payments", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
+    db.operation.name = "refund", db.collection.name = "payments"))]
 pub async fn refund(
     conn: &mut PgConnection,
     outbox: &OutboxWriter,

@@ -21,6 +21,7 @@ use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use sagaworks_resilience::{Rejection, ResilientChannel};
 use sagaworks_telemetry::grpc::{ClientTrace, ClientTraceLayer};
 use tower::Layer;
+use tracing::Instrument;
 
 /// A participant channel: the resilience stack, each call traced.
 type Channel = ClientTrace<ResilientChannel>;
@@ -182,18 +183,8 @@ impl Orchestrator {
                 return Ok(Driven::Stopped);
             }
             self.crash_at(CrashPoint::Before(step))?;
-            let outcome = if self.past_deadline(step, &state) {
-                StepOutcome::Failed(format!("{} missed its deadline", step.as_str()))
-            } else {
-                self.begin_step(id, step).await?;
-                let outcome = self.run_step(id, step, &state).await;
-                self.crash_at(CrashPoint::AfterCall(step))?;
-                outcome
-            };
-            metrics::counter!("saga_steps_total", "step" => step.as_str(), "result" => label(&outcome)).increment(1);
-            let next = transition(step, &outcome);
-            let finished = self.apply(id, step, &state, &outcome, &next).await?;
-            self.crash_at(CrashPoint::AfterCommit(step))?;
+            let span = step_span(step);
+            let (next, finished) = self.turn(id, step, &state, &span).instrument(span.clone()).await?;
             match next {
                 Transition::Retry => return Ok(Driven::Deferred),
                 Transition::Complete | Transition::Cancel { .. } | Transition::Compensated => {
@@ -206,6 +197,31 @@ impl Orchestrator {
                 Transition::Next(_) | Transition::Compensate { .. } => {}
             }
         }
+    }
+
+    /// One step: run it (unless past its deadline), record its outcome on
+    /// `span` (the step's span), and commit the transition.
+    async fn turn(
+        &self,
+        id: Uuid,
+        step: Step,
+        state: &State,
+        span: &tracing::Span,
+    ) -> Result<(Transition, DateTime<Utc>), DriveError> {
+        let outcome = if self.past_deadline(step, state) {
+            StepOutcome::Failed(format!("{} missed its deadline", step.as_str()))
+        } else {
+            self.begin_step(id, step).await?;
+            let outcome = self.run_step(id, step, state).await;
+            self.crash_at(CrashPoint::AfterCall(step))?;
+            outcome
+        };
+        record_outcome(span, &outcome);
+        metrics::counter!("saga_steps_total", "step" => step.as_str(), "result" => label(&outcome)).increment(1);
+        let next = transition(step, &outcome);
+        let finished = self.apply(id, step, state, &outcome, &next).await?;
+        self.crash_at(CrashPoint::AfterCommit(step))?;
+        Ok((next, finished))
     }
 
     fn past_deadline(&self, step: Step, state: &State) -> bool {
@@ -552,7 +568,29 @@ fn backoff(settings: &SagaSettings, attempts: u32) -> Duration {
     Duration::from_millis(rand::rng().random_range(0..=cap.max(1)))
 }
 
-/// Step outcome label for metrics.
+/// The span of one step (`saga.step`, inside the `saga` span); its outcome is
+/// recorded by [`record_outcome`].
+fn step_span(step: Step) -> tracing::Span {
+    tracing::info_span!(
+        "saga.step",
+        saga.step.name = step.as_str(),
+        saga.step.compensation = step.is_compensation(),
+        saga.step.outcome = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+    )
+}
+
+/// `saga.step.outcome`; a rejected or failed step is an error span.
+fn record_outcome(span: &tracing::Span, outcome: &StepOutcome) {
+    span.record("saga.step.outcome", label(outcome));
+    if let StepOutcome::Rejected(e) | StepOutcome::Failed(e) = outcome {
+        span.record("otel.status_code", "ERROR");
+        span.record("otel.status_description", e.as_str());
+    }
+}
+
+/// Step outcome label for metrics and spans.
 fn label(o: &StepOutcome) -> &'static str {
     match o {
         StepOutcome::Succeeded => "succeeded",

@@ -11,6 +11,7 @@ use super::orchestrator::{DriveError, Orchestrator};
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 /// Leases up to `limit` runnable sagas to this replica.
@@ -77,14 +78,19 @@ pub async fn run(orchestrator: Orchestrator, pool: sqlx::PgPool, shutdown: Cance
 pub async fn start(orchestrator: &Orchestrator, id: Uuid, wait: Duration, stop: &CancellationToken) {
     let (orchestrator, stop) = (orchestrator.clone(), stop.clone());
     let permits = orchestrator.permits();
-    let task = tokio::spawn(async move {
-        // Beyond the bound, the saga waits for the worker like any other.
-        let Ok(_permit) = permits.try_acquire_owned() else {
-            let _ = orchestrator.release_lease(id, Duration::ZERO).await;
-            return;
-        };
-        log_outcome(id, orchestrator.drive(id, &stop).await);
-    });
+    // The task carries the caller's span, so the saga's spans join the
+    // CreateOrder trace (a saga resumed by `run` starts a trace of its own).
+    let task = tokio::spawn(
+        async move {
+            // Beyond the bound, the saga waits for the worker like any other.
+            let Ok(_permit) = permits.try_acquire_owned() else {
+                let _ = orchestrator.release_lease(id, Duration::ZERO).await;
+                return;
+            };
+            log_outcome(id, orchestrator.drive(id, &stop).await);
+        }
+        .in_current_span(),
+    );
     let _ = tokio::time::timeout(wait, task).await;
 }
 
