@@ -5,9 +5,9 @@
 //!   [`dlq_topic`] (`<topic>.dlq`).
 //! * Header names of the CloudEvents binary-mode envelope and the dead-letter
 //!   extras: [`headers`].
-//! * [`client_config`]: `bootstrap.servers` plus the extra librdkafka
+//! * [`client_config`] — `bootstrap.servers` plus the extra librdkafka
 //!   properties from [`KafkaSettings::properties`] (security settings etc.).
-//! * [`ensure_topics`]: creates missing topics, because a real cluster usually
+//! * [`ensure_topics`] — creates missing topics, because a real cluster usually
 //!   runs with `auto.create.topics.enable=false`.
 
 use crate::OutboxError;

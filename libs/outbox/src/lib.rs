@@ -1,17 +1,17 @@
 //! Transactional outbox, relay to Kafka and idempotent consumer.
 //!
-//! * [`writer`]: [`OutboxWriter::write`] inserts a domain event into the
+//! * [`writer`] — [`OutboxWriter::write`] inserts a domain event into the
 //!   service's `outbox` table on the caller's transaction, so the event exists
 //!   if and only if the business change committed.
-//! * [`relay`]: [`Relay`] publishes committed rows to
+//! * [`relay`] — [`Relay`] publishes committed rows to
 //!   `<topic_prefix>.<aggregate_type>` (key = aggregate id, CloudEvents
 //!   binary-mode headers), woken by `NOTIFY` with a polling fallback, and
 //!   purges published rows after the retention period.
-//! * [`consumer`]: [`Consumer`] feeds a [`Handler`] exactly once per event and
+//! * [`consumer`] — [`Consumer`] feeds a [`Handler`] exactly once per event and
 //!   consumer group (inbox table), retries, and dead-letters to `<topic>.dlq`.
-//! * [`metrics`]: counters, gauges and the [`OutboxGauges`] scrape hook.
-//! * [`health`]: [`BrokerCheck`] for `/health/ready`.
-//! * [`kafka`]: topic names, header names, client config, topic creation.
+//! * [`metrics`] — counters, gauges and the [`OutboxGauges`] scrape hook.
+//! * [`health`] — [`BrokerCheck`] for `/health/ready`.
+//! * [`kafka`] — topic names, header names, client config, topic creation.
 //!
 //! The tables come with the crate: run [`migrator`] next to the service's own
 //! migrations.

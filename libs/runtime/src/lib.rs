@@ -1,15 +1,15 @@
 //! Plumbing every sagaworks service shares, so a service's `startup` module
 //! reads as a list of what it runs rather than how.
 //!
-//! * [`host`]: [`host::ServiceHost`], the servers and background tasks of a gRPC service.
-//! * [`db`]: the connection pool and start-up migrations.
-//! * [`fault`]: fault injection on the gRPC server, for tests (off by default).
-//! * [`health`]: `/health/live`, `/health/ready` (runs [`health::Check`]s) and
+//! * [`host`] — [`host::ServiceHost`], the servers and background tasks of a gRPC service.
+//! * [`db`] — the connection pool and start-up migrations.
+//! * [`fault`] — fault injection on the gRPC server, for tests (off by default).
+//! * [`health`] — `/health/live`, `/health/ready` (runs [`health::Check`]s) and
 //!   `/metrics` as one axum router.
-//! * [`metrics`]: the process-wide Prometheus recorder.
-//! * [`serve`]: HTTP and gRPC servers with graceful shutdown.
-//! * [`shutdown`]: a cancellation token fired by SIGTERM or Ctrl-C.
-//! * [`idempotency`]: at-most-once execution of mutating calls per key.
+//! * [`metrics`] — the process-wide Prometheus recorder.
+//! * [`serve`] — HTTP and gRPC servers with graceful shutdown.
+//! * [`shutdown`] — a cancellation token fired by SIGTERM or Ctrl-C.
+//! * [`idempotency`] — at-most-once execution of mutating calls per key.
 
 pub mod db;
 pub mod fault;

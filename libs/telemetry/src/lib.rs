@@ -25,11 +25,11 @@
 //!   (JSON lines or text, each line carrying `trace_id`/`span_id`) and the
 //!   `tracing-opentelemetry` layer; spans are exported over OTLP/gRPC when an endpoint
 //!   is configured. It also installs the W3C TraceContext propagator globally.
-//! * [`propagation`]: the current `traceparent`, inject/extract over any carrier, and
+//! * [`propagation`] — the current `traceparent`, inject/extract over any carrier, and
 //!   byte-valued header pairs for Kafka.
-//! * [`grpc`]: tower layers for tonic clients and servers.
-//! * [`http`]: a tower layer for the axum gateway.
-//! * [`messaging`]: producer/consumer spans for the outbox relay and Kafka consumers.
+//! * [`grpc`] — tower layers for tonic clients and servers.
+//! * [`http`] — a tower layer for the axum gateway.
+//! * [`messaging`] — producer/consumer spans for the outbox relay and Kafka consumers.
 //!
 //! # Semantic conventions
 //!

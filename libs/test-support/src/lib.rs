@@ -1,9 +1,9 @@
 //! Helpers for tests that talk to real infrastructure.
 //!
-//! * [`TestDatabase`]: a fresh, uniquely named PostgreSQL database on the
+//! * [`TestDatabase`] — a fresh, uniquely named PostgreSQL database on the
 //!   local server (`SW_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/postgres`),
 //!   dropped again when the value is dropped. Tests never share a database.
-//! * [`Broker`]: a real Kafka-protocol broker (Tansu) on a free port, started
+//! * [`Broker`] — a real Kafka-protocol broker (Tansu) on a free port, started
 //!   per test; can be stopped and restarted on the same port to test outages.
 //! * [`free_port`], [`init_logs`], [`eventually`].
 //!

@@ -5,13 +5,13 @@
 //! the shared resilience stack; every failure is answered as problem+json.
 //!
 //! * [`config`] holds the settings (`[auth]`, `[rate_limit]`, ...).
-//! * [`auth`]: bearer tokens (JWT), the [`auth::Caller`] of a request, ownership and admin checks.
-//! * [`ratelimit`]: a request budget per client.
-//! * [`startup`]: [`startup::Application`], built by `main` and by tests.
-//! * [`api`]: routes, handlers and the OpenAPI document.
-//! * [`model`]: the JSON resources.
-//! * [`extract`]: strict JSON bodies.
-//! * [`error`]: every failure mapped to problem+json in one place.
+//! * [`auth`] — bearer tokens (JWT), the [`auth::Caller`] of a request, ownership and admin checks.
+//! * [`ratelimit`] — a request budget per client.
+//! * [`startup`] — [`startup::Application`], built by `main` and by tests.
+//! * [`api`] — routes, handlers and the OpenAPI document.
+//! * [`model`] — the JSON resources.
+//! * [`extract`] — strict JSON bodies.
+//! * [`error`] — every failure mapped to problem+json in one place.
 
 pub mod api;
 pub mod auth;

@@ -6,13 +6,13 @@
 //! lives in order's own database, so any replica resumes a saga whose driver
 //! died.
 //!
-//! * [`config`]: settings.
-//! * [`startup`]: [`startup::Application`], built by `main` and by tests.
-//! * [`grpc`]: the API.
-//! * [`orders`]: orders, items, saga records and the timeline, on the database.
-//! * [`saga`]: the saga's rules, its orchestrator and its worker.
-//! * [`timeline`]: the per-order event timeline, fed from Kafka.
-//! * [`error`]: errors and their one mapping to gRPC codes.
+//! * [`config`] — settings.
+//! * [`startup`] — [`startup::Application`], built by `main` and by tests.
+//! * [`grpc`] — the API.
+//! * [`orders`] — orders, items, saga records and the timeline, on the database.
+//! * [`saga`] — the saga's rules, its orchestrator and its worker.
+//! * [`timeline`] — the per-order event timeline, fed from Kafka.
+//! * [`error`] — errors and their one mapping to gRPC codes.
 
 pub mod config;
 pub mod error;

@@ -17,8 +17,8 @@
 //! releasing or refunding something that never happened leaves a tombstone
 //! at the participant so a late forward call is refused.
 //!
-//! * [`orchestrator`]: drives one saga, persisting every transition.
-//! * [`worker`]: finds sagas whose driver stopped (crash, restart) and resumes them.
+//! * [`orchestrator`] — drives one saga, persisting every transition.
+//! * [`worker`] — finds sagas whose driver stopped (crash, restart) and resumes them.
 
 pub mod orchestrator;
 pub mod worker;
