@@ -21,7 +21,7 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// configured wait with the order still `PENDING`.
 #[utoipa::path(
     post, path = "/v1/orders", tag = "orders", request_body = CreateOrder,
-    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 200, pattern = r"^[\x20-\x7E]*[\x21-\x7E][\x20-\x7E]*$",
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 200, pattern = r"^[\x21-\x7E]([\x20-\x7E]*[\x21-\x7E])?$",
         description = "Replays with the same key return the first order (1 to 200 visible ASCII characters)")),
     responses(
         (status = 201, description = "Order created (saga finished or still running)", body = Order),
@@ -42,9 +42,12 @@ pub async fn create_order(
     let idempotency_key = match headers.get(IDEMPOTENCY_KEY) {
         None => String::new(),
         Some(v) => match v.to_str() {
-            Ok(k) if !k.trim().is_empty() && k.len() <= 200 => k.trim().to_string(),
+            Ok(k) if valid_idempotency_key(k) => k.to_string(),
             _ => {
-                return Err(ApiError::invalid("Idempotency-Key", "must be 1 to 200 visible ASCII characters"));
+                return Err(ApiError::invalid(
+                    "Idempotency-Key",
+                    "must be 1 to 200 visible ASCII characters",
+                ));
             }
         },
     };
@@ -70,6 +73,16 @@ pub async fn create_order(
         response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(response)
+}
+
+/// 1 to 200 printable ASCII characters (spaces inside only), as the document's pattern says.
+fn valid_idempotency_key(key: &str) -> bool {
+    let printable = |b: &u8| (0x21..=0x7E).contains(b);
+    let bytes = key.as_bytes();
+    (1..=200).contains(&bytes.len())
+        && bytes.first().is_some_and(printable)
+        && bytes.last().is_some_and(printable)
+        && bytes.iter().all(|b| *b == b' ' || printable(b))
 }
 
 /// An order with its items, total, saga steps and event timeline (its customer or an admin).
@@ -151,4 +164,19 @@ pub async fn get_saga(
         caller.may_act_for(&order.customer_id)?;
     }
     Ok(Json(saga.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_keys_follow_the_documented_pattern() {
+        for ok in ["k", "order-42", "a b", &"x".repeat(200)] {
+            assert!(valid_idempotency_key(ok), "{ok}");
+        }
+        for bad in ["", " k", "k ", "a\tb", &"x".repeat(201), "caf\u{e9}"] {
+            assert!(!valid_idempotency_key(bad), "{bad:?}");
+        }
+    }
 }
