@@ -117,8 +117,17 @@ async fn same_idempotency_key_returns_the_same_order() {
     let second: serde_json::Value = second.json().await.unwrap();
     assert_eq!(first["order_id"], second["order_id"]);
     assert_eq!(second["status"], "CONFIRMED");
-    assert_eq!(stack.stock(&product).await, (9, 1, 0), "one reservation");
+    let (available, reserved, sold) = stack.stock(&product).await;
+    assert_eq!((available, reserved + sold), (9, 1), "one reservation");
     assert_eq!(stack.balance(&customer).await, 9_900, "one charge");
+
+    // Keys are scoped per customer: another customer's "order-42" is a new order.
+    let neighbour = stack.customer(10_000).await;
+    let theirs = post(json!({ "customer_id": neighbour, "items": [{ "product_id": product, "quantity": 1 }] }));
+    let theirs = theirs.await.unwrap();
+    assert_eq!(theirs.status(), StatusCode::CREATED);
+    let theirs: serde_json::Value = theirs.json().await.unwrap();
+    assert_ne!(theirs["order_id"], first["order_id"]);
 
     let other = json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": 2 }] });
     let reused = post(other).await.unwrap();

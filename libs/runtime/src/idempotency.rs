@@ -40,8 +40,8 @@ where
     E: Outcome + From<sqlx::Error>,
     F: for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, Result<Res, E>>,
 {
-    if key.is_empty() || key.len() > 200 {
-        return Err(invalid_argument("idempotency_key", "must be 1 to 200 characters"));
+    if key.contains('\0') || key.trim().is_empty() || key.len() > 200 {
+        return Err(invalid_argument("idempotency_key", "must be 1 to 200 characters, without NUL"));
     }
     let hash = Sha256::digest(request.encode_to_vec()).to_vec();
     let inner = async {

@@ -93,7 +93,7 @@ pub async fn create(
     let trace_id = sagaworks_telemetry::propagation::current_trace_id();
     let inserted = sqlx::query(
         "INSERT INTO orders (id, customer_id, status, idempotency_key, request_hash, trace_id)
-         VALUES ($1, $2, 'PENDING', $3, $4, $5) ON CONFLICT (idempotency_key) DO NOTHING",
+         VALUES ($1, $2, 'PENDING', $3, $4, $5) ON CONFLICT (customer_id, idempotency_key) DO NOTHING",
     )
     .bind(order_id)
     .bind(new.customer_id)
@@ -105,8 +105,9 @@ pub async fn create(
     .rows_affected();
     if inserted == 0 {
         let (id, hash) = sqlx::query_as::<_, (Uuid, Vec<u8>)>(
-            "SELECT id, request_hash FROM orders WHERE idempotency_key = $1",
+            "SELECT id, request_hash FROM orders WHERE customer_id = $1 AND idempotency_key = $2",
         )
+        .bind(new.customer_id)
         .bind(&new.idempotency_key)
         .fetch_one(&mut *conn)
         .await?;

@@ -40,7 +40,9 @@ pub async fn create_order(
 ) -> Result<Response, ApiError> {
     caller.may_act_for(&body.customer_id)?;
     let idempotency_key = match headers.get(IDEMPOTENCY_KEY) {
-        None => String::new(),
+        // The resilience stack may retry CreateOrder (e.g. after a timeout):
+        // a key of our own makes those retries land on the same order.
+        None => format!("gateway:{}", uuid::Uuid::new_v4()),
         Some(v) => match v.to_str() {
             Ok(k) if valid_idempotency_key(k) => k.to_string(),
             _ => {
