@@ -95,7 +95,13 @@ async fn worker(api: Arc<Api>, fixture: Arc<Fixture>, plan: LoadPlan, deadline: 
                 }
                 report.accepted.push((order_id, status));
             }
-            Ok(PlaceOutcome::Rejected { status }) => *report.rejected.entry(status).or_default() += 1,
+            Ok(PlaceOutcome::Rejected { status }) => {
+                *report.rejected.entry(status).or_default() += 1;
+                // Rate-limited or shed (429/503 come back at once): back off instead of spinning.
+                if status == 429 || status == 503 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
             Err(e) => {
                 *report.failed.entry(failure_kind(&e)).or_default() += 1;
                 // A dead gateway refuses instantly; don't spin.

@@ -36,7 +36,7 @@ async fn seed(mut flags: Flags) -> Result<ExitCode, ToolError> {
         products: flags.or("products", 200)?,
         customers: flags.or("customers", 200)?,
         stock: flags.or("stock", 1_000_000)?,
-        credit_cents: flags.or("credit-cents", 1_000_000_000_000)?,
+        credit_cents: flags.or("credit-cents", 100_000_000_000)?,
         poor_customers: flags.or("poor-customers", 0)?,
         poor_credit_cents: flags.or("poor-credit-cents", 20_000)?,
     };
