@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod faults;
+pub mod processes;
 
 use reqwest::StatusCode;
 use sagaworks_config::{KafkaSettings, ListenSettings};
