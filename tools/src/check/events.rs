@@ -57,26 +57,32 @@ pub fn read_topics(kafka: &KafkaSettings, timeout: Duration) -> Result<HashMap<U
         let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5))?;
         for t in metadata.topics().iter().filter(|t| t.error().is_none()) {
             for p in t.partitions() {
+                // Every partition from its start: a reported watermark can lag
+                // the log (seen with Tansu for batched sends), so it is only a
+                // lower bound of how far to read.
+                assignment.add_partition_offset(&topic, p.id(), Offset::Beginning)?;
                 let (low, high) = consumer.fetch_watermarks(&topic, p.id(), Duration::from_secs(5))?;
                 if high > low {
-                    assignment.add_partition_offset(&topic, p.id(), Offset::Offset(low))?;
                     ends.insert((topic.clone(), p.id()), high);
                 }
             }
         }
     }
     let mut seen: HashMap<Uuid, u32> = HashMap::new();
-    if ends.is_empty() {
+    if assignment.count() == 0 {
         return Ok(seen);
     }
     consumer.assign(&assignment)?;
-    while !ends.is_empty() {
+    // Read at least to every watermark, then until the log stays quiet.
+    let mut last_message = Instant::now();
+    while !ends.is_empty() || last_message.elapsed() < QUIET {
         if Instant::now() >= deadline {
             let left: Vec<String> = ends.keys().map(|(t, p)| format!("{t}[{p}]")).collect();
             return Err(ToolError::Timeout(format!("reading {} to their high watermarks", left.join(", "))));
         }
-        let Some(message) = consumer.poll(Duration::from_millis(500)) else { continue };
+        let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
         let message = message?;
+        last_message = Instant::now();
         let id = message
             .headers()
             .and_then(|hs| hs.iter().find(|h| h.key == headers::CE_ID).and_then(|h| h.value))
@@ -93,10 +99,9 @@ pub fn read_topics(kafka: &KafkaSettings, timeout: Duration) -> Result<HashMap<U
     Ok(seen)
 }
 
-/// Compares the outbox rows with the events on Kafka. With `since` (the
-/// broker lost its log then: Tansu's memory storage on a restart) only rows
-/// published after it must be on Kafka; every event on Kafka must still be
-/// some outbox's row.
+/// How long the topics must stay quiet, once every watermark is reached, for a read to end.
+const QUIET: Duration = Duration::from_millis(1500);
+
 pub async fn exactly_once(
     dbs: &Databases,
     kafka: &KafkaSettings,
