@@ -91,9 +91,7 @@ const PURGE_CHUNK: i64 = 10_000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RelaySettings {
-    /// Run the relay in this process (`relay_enabled` is accepted too, the
-    /// name in docs/design.md).
-    #[serde(alias = "relay_enabled")]
+    /// Run the relay in this process (`APP_OUTBOX__ENABLED`).
     pub enabled: bool,
     /// The `service` label of the relay's metrics, e.g. `order`; set it when
     /// wiring (the default is `unknown`).
@@ -533,8 +531,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn settings_default_and_accept_the_design_doc_key() {
-        let s: RelaySettings = serde_json::from_str(r#"{"relay_enabled": false, "batch_size": 50}"#).unwrap();
+    fn settings_default_and_partial_sections() {
+        let s: RelaySettings = serde_json::from_str(r#"{"enabled": false, "batch_size": 50}"#).unwrap();
         assert!(!s.enabled);
         assert_eq!(s.batch_size, 50);
         assert_eq!(s.poll_interval_ms, 1_000, "missing keys keep their defaults");
