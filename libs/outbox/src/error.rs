@@ -14,3 +14,17 @@ pub enum OutboxError {
     #[error("cannot create topic {topic}: {reason}")]
     CreateTopic { topic: String, reason: String },
 }
+
+/// How services answer an outbox failure over gRPC: database trouble as
+/// `sagaworks_errors::db_status` does, anything else as INTERNAL (logged).
+impl From<OutboxError> for tonic::Status {
+    fn from(e: OutboxError) -> Self {
+        match e {
+            OutboxError::Db(db) => sagaworks_errors::db_status(db),
+            other => {
+                tracing::error!(error = %other, "outbox write failed");
+                tonic::Status::internal("internal error")
+            }
+        }
+    }
+}

@@ -42,11 +42,8 @@ impl From<Error> for Status {
                 Status::failed_precondition(e.to_string())
             }
             Error::AlreadyReleased(_) => Status::aborted(e.to_string()),
-            Error::Outbox(sagaworks_outbox::OutboxError::Db(db)) | Error::Db(db) => db_status(db),
-            Error::Outbox(other) => {
-                tracing::error!(error = %other, "outbox write failed");
-                Status::internal("internal error")
-            }
+            Error::Outbox(e) => e.into(),
+            Error::Db(db) => db_status(db),
         }
     }
 }

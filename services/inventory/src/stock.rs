@@ -135,10 +135,7 @@ pub async fn list_products(conn: &mut PgConnection, limit: i64) -> Result<Vec<Pr
 
 /// Serialises every operation on one reservation id (reserve, release, commit).
 async fn lock_reservation(conn: &mut PgConnection, id: Uuid) -> Result<Option<Reservation>> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))")
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
+    sagaworks_runtime::db::lock_key(conn, id).await?;
     load_reservation(conn, id).await
 }
 

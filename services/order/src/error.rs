@@ -26,11 +26,8 @@ impl From<Error> for Status {
             Error::Invalid(e) => e.into(),
             Error::OrderNotFound(_) | Error::SagaNotFound(_) => Status::not_found(e.to_string()),
             Error::KeyReused => sagaworks_errors::status::invalid_argument("idempotency_key", e.to_string()),
-            Error::Outbox(sagaworks_outbox::OutboxError::Db(db)) | Error::Db(db) => db_status(db),
-            Error::Outbox(other) => {
-                tracing::error!(error = %other, "outbox write failed");
-                Status::internal("internal error")
-            }
+            Error::Outbox(e) => e.into(),
+            Error::Db(db) => db_status(db),
         }
     }
 }

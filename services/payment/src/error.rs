@@ -38,11 +38,8 @@ impl From<Error> for Status {
             Error::DuplicateCustomer(_) => Status::already_exists(e.to_string()),
             Error::InsufficientFunds { .. } | Error::Mismatch(_) => Status::failed_precondition(e.to_string()),
             Error::AlreadyRefunded(_) => Status::aborted(e.to_string()),
-            Error::Outbox(sagaworks_outbox::OutboxError::Db(db)) | Error::Db(db) => db_status(db),
-            Error::Outbox(other) => {
-                tracing::error!(error = %other, "outbox write failed");
-                Status::internal("internal error")
-            }
+            Error::Outbox(e) => e.into(),
+            Error::Db(db) => db_status(db),
         }
     }
 }

@@ -103,10 +103,7 @@ pub async fn get_account(conn: &mut PgConnection, customer_id: Uuid) -> Result<A
 }
 
 async fn lock_payment(conn: &mut PgConnection, id: Uuid) -> Result<Option<Payment>> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))")
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
+    sagaworks_runtime::db::lock_key(conn, id).await?;
     let row = sqlx::query_as::<_, (Uuid, Uuid, i64, String)>(
         "SELECT customer_id, order_id, amount_cents, status FROM payments WHERE id = $1",
     )
