@@ -6,15 +6,13 @@ CREATE TABLE orders (
     status          TEXT   NOT NULL CHECK (status IN ('PENDING', 'CONFIRMED', 'CANCELLED')),
     total_cents     BIGINT NOT NULL DEFAULT 0,
     failure_reason  TEXT,
-    -- The client's Idempotency-Key (unique per customer) and a hash of its
-    -- request: a replay with the same key returns this order; the same key
-    -- with another body is refused.
-    idempotency_key TEXT   NOT NULL,
+    -- The client's Idempotency-Key and a hash of its request: a replay with the
+    -- same key returns this order; the same key with another body is refused.
+    idempotency_key TEXT   NOT NULL UNIQUE,
     request_hash    BYTEA  NOT NULL,
     trace_id        TEXT,
     created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
-    updated_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
-    UNIQUE (customer_id, idempotency_key)
+    updated_at      TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 CREATE INDEX orders_customer ON orders (customer_id, created_at DESC);
 
