@@ -36,13 +36,14 @@ pub fn uuid_or_new(field: &str, value: &str) -> Valid<Uuid> {
     if value.is_empty() { Ok(Uuid::new_v4()) } else { uuid(field, value) }
 }
 
-/// Trimmed text of 1 to `max` characters, without NUL (PostgreSQL text cannot hold it).
+/// Text of at most `max` characters as sent, not blank, without NUL, trimmed (PostgreSQL text cannot hold it).
 pub fn text(field: &str, value: &str, max: usize) -> Valid<String> {
     if value.contains('\0') {
         return Err(InvalidField::new(field, "must not contain NUL characters"));
     }
     let v = value.trim();
-    if v.is_empty() || v.chars().count() > max {
+    // The length is the one a client's schema checks: of the value as sent.
+    if v.is_empty() || value.chars().count() > max {
         return Err(InvalidField::new(field, format!("must be 1 to {max} characters")));
     }
     Ok(v.to_string())
@@ -88,6 +89,7 @@ mod tests {
         assert_eq!(text("name", "  ", 10).unwrap_err().field, "name");
         assert_eq!(text("name", " ab ", 10).unwrap(), "ab");
         assert!(text("name", "abcdef", 5).is_err());
+        assert!(text("name", "\tabcde", 5).is_err(), "the limit counts what was sent, not what is kept");
         assert_eq!(text("sku", "a\0b", 10).unwrap_err().message, "must not contain NUL characters");
         assert_eq!(within("quantity", 0, 1..=5).unwrap_err().message, "must be between 1 and 5");
         assert_eq!(within("quantity", 5, 1..=5).unwrap(), 5);
