@@ -86,6 +86,9 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 const PURGE_EVERY: Duration = Duration::from_secs(60);
 /// Rows deleted per purge statement (keeps each delete short).
 const PURGE_CHUNK: i64 = 10_000;
+/// How often the relay refreshes the backlog gauges itself (a `/metrics`
+/// scrape refreshes them too); after every batch would be a query per batch.
+const GAUGES_EVERY: Duration = Duration::from_secs(1);
 
 /// The `[outbox]` section of a service's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -186,6 +189,7 @@ impl Relay {
         let mut backoff = Backoff::new(self.settings.backoff_base_ms, self.settings.backoff_max_ms);
         let mut listener: Option<PgListener> = None;
         let mut last_purge: Option<Instant> = None;
+        let mut last_gauges: Option<Instant> = None;
         while !shutdown.is_cancelled() {
             if listener.is_none() {
                 listener = listen(&self.pool).await;
@@ -199,8 +203,11 @@ impl Relay {
                 last_purge = Some(Instant::now());
             }
             let outcome = self.publish_batch().await;
-            if let Err(e) = m::refresh_outbox_gauges(&self.pool, &self.settings.service).await {
-                tracing::debug!(error = %e, "cannot refresh outbox gauges");
+            if last_gauges.is_none_or(|t| t.elapsed() >= GAUGES_EVERY) {
+                if let Err(e) = m::refresh_outbox_gauges(&self.pool, &self.settings.service).await {
+                    tracing::debug!(error = %e, "cannot refresh outbox gauges");
+                }
+                last_gauges = Some(Instant::now());
             }
             let wait = match outcome {
                 Ok(o) if o.failed == 0 => {
@@ -230,8 +237,11 @@ impl Relay {
                 _ = shutdown.cancelled() => {}
                 _ = tokio::time::sleep(wait) => {}
                 n = recv(&mut listener), if backoff.is_reset() => {
-                    if n.is_err() {
-                        listener = None;
+                    match (n, listener.as_mut()) {
+                        // Every committed writer sent one: the next batch
+                        // takes them all, so one wake-up is enough.
+                        (Ok(()), Some(l)) => while l.next_buffered().is_some() {},
+                        _ => listener = None,
                     }
                 }
             }

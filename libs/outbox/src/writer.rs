@@ -75,10 +75,16 @@ impl OutboxWriter {
         let id = Uuid::now_v7();
         let traceparent = sagaworks_telemetry::propagation::current_traceparent();
         let tracestate = sagaworks_telemetry::propagation::current_tracestate();
+        // One round trip: the row, and a NOTIFY that PostgreSQL delivers at
+        // commit, and only if the transaction commits (several in one
+        // transaction are folded into one).
         sqlx::query(
-            "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, source,
-                                 content_type, payload, traceparent, tracestate)
-             VALUES ($1, $2, $3, $4, $5, $6, 'application/json', $7, $8, $9)",
+            "WITH row AS (
+                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, source,
+                                     content_type, payload, traceparent, tracestate)
+                 VALUES ($1, $2, $3, $4, $5, $6, 'application/json', $7, $8, $9)
+                 RETURNING 1)
+             SELECT pg_notify($10, '') FROM row",
         )
         .bind(id)
         .bind(&event.aggregate_type)
@@ -89,10 +95,9 @@ impl OutboxWriter {
         .bind(payload)
         .bind(traceparent)
         .bind(tracestate)
+        .bind(NOTIFY_CHANNEL)
         .execute(&mut *conn)
         .await?;
-        // Delivered at commit, and only if the transaction commits.
-        sqlx::query("SELECT pg_notify($1, '')").bind(NOTIFY_CHANNEL).execute(&mut *conn).await?;
         Ok(id)
     }
 }

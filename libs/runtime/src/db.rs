@@ -23,6 +23,7 @@ pub fn pool(settings: &DatabaseSettings) -> Result<PgPool, DbError> {
     Ok(PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(Duration::from_millis(settings.acquire_timeout_ms))
+        .test_before_acquire(settings.test_before_acquire)
         .connect_lazy_with(options))
 }
 

@@ -3,8 +3,8 @@
 //! Every mutating call between services carries a key (the saga uses
 //! `<saga_id>:<step>`). [`run_once`] makes the call's effect happen at most once
 //! per key: the first call does the work and stores its outcome (the encoded
-//! response, or a business rejection) in `idempotency_keys` on the same
-//! transaction; a repeated call gets that first outcome back and changes
+//! response) in `idempotency_keys` on the same transaction, or, when the work
+//! is a business rejection, rolls it back and stores the rejection; a repeated call gets that first outcome back and changes
 //! nothing. A concurrent duplicate blocks on the key's row until the first
 //! one commits, then replays. Reusing a key for a different request is an
 //! `INVALID_ARGUMENT`.
@@ -20,7 +20,7 @@
 
 use futures::future::BoxFuture;
 use sha2::{Digest, Sha256};
-use sqlx::{Acquire, PgConnection, PgPool, Row};
+use sqlx::{PgConnection, PgPool, Row};
 use sagaworks_errors::status::invalid_argument;
 use tonic::{Code, Status};
 
@@ -55,51 +55,66 @@ where
         .await?
         .rows_affected();
         if inserted == 0 {
-            let row = sqlx::query(
-                "SELECT request_hash, status_code, message, response FROM idempotency_keys WHERE key = $1",
-            )
-            .bind(key)
-            .fetch_one(&mut *tx)
-            .await?;
-            let stored: Vec<u8> = row.get("request_hash");
-            if stored != hash {
-                return Ok(Err(invalid_argument(
-                    "idempotency_key",
-                    "was already used for a different request",
-                )));
-            }
-            return Ok(replay(row.get("status_code"), row.get("message"), row.get("response")));
+            return stored(&mut tx, key, &hash).await;
         }
-
-        // A savepoint: a rejection undoes the work but keeps the key's row.
-        let mut work_tx = tx.begin().await?;
-        let outcome = work(&mut work_tx).await;
-        let (code, message, response) = match outcome {
+        match work(&mut tx).await {
             Ok(res) => {
-                work_tx.commit().await?;
-                (Code::Ok as i32, None, Some(res.encode_to_vec()))
+                sqlx::query("UPDATE idempotency_keys SET status_code = 0, response = $2 WHERE key = $1")
+                    .bind(key)
+                    .bind(res.encode_to_vec())
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(Ok(res))
             }
             Err(e) if e.is_final() => {
-                work_tx.rollback().await?;
+                // Undo the work, then record the rejection on its own. (A
+                // savepoint around the work would keep the key's row, but
+                // costs two round trips on every call, and rejections are rare.)
+                tx.rollback().await?;
                 let status: Status = e.into();
-                (status.code() as i32, Some(status.message().to_string()), None)
+                let recorded = sqlx::query(
+                    "INSERT INTO idempotency_keys (key, request_hash, status_code, message) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (key) DO NOTHING",
+                )
+                .bind(key)
+                .bind(&hash)
+                .bind(status.code() as i32)
+                .bind(status.message())
+                .execute(pool)
+                .await?
+                .rows_affected();
+                if recorded == 0 {
+                    // A duplicate took the key in between: its outcome is the outcome.
+                    return stored(&mut *pool.acquire().await?, key, &hash).await;
+                }
+                Ok(Err(status))
             }
-            Err(e) => return Err(e),
-        };
-        sqlx::query("UPDATE idempotency_keys SET status_code = $2, message = $3, response = $4 WHERE key = $1")
-            .bind(key)
-            .bind(code)
-            .bind(&message)
-            .bind(&response)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(replay(Some(code), message, response))
+            Err(e) => Err(e),
+        }
     };
     match inner.await {
         Ok(result) => result,
         Err(e) => Err(e.into()),
     }
+}
+
+/// The outcome recorded for `key`, or `INVALID_ARGUMENT` if it was recorded
+/// for a different request.
+async fn stored<Res, E>(conn: &mut PgConnection, key: &str, hash: &[u8]) -> Result<Result<Res, Status>, E>
+where
+    Res: prost::Message + Default,
+    E: From<sqlx::Error>,
+{
+    let row = sqlx::query("SELECT request_hash, status_code, message, response FROM idempotency_keys WHERE key = $1")
+        .bind(key)
+        .fetch_one(conn)
+        .await?;
+    let stored: Vec<u8> = row.get("request_hash");
+    if stored != hash {
+        return Ok(Err(invalid_argument("idempotency_key", "was already used for a different request")));
+    }
+    Ok(replay(row.get("status_code"), row.get("message"), row.get("response")))
 }
 
 fn replay<Res: prost::Message + Default>(

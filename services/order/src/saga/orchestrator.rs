@@ -1,16 +1,19 @@
 //! Drives one saga from its persisted state to the end.
 //!
-//! Each turn of [`Orchestrator::drive`] reads the saga (only while this
-//! replica holds its lease), records the attempt, runs the current step and
-//! commits the step's result together with the saga's next state, the
-//! order's change and its outbox event — one transaction, guarded by the
-//! lease, so a replica that lost its lease can never overwrite the one that
-//! took over. Whatever point a crash hits, the persisted state names a step
-//! whose (idempotent) re-execution is safe.
+//! [`Orchestrator::drive`] reads the saga once (only while this replica holds
+//! its lease) and records the attempt of its current step. Each turn then runs
+//! the step and commits, in one statement guarded by the lease, the step's
+//! result, the saga's next state, the start of the next step's attempt and
+//! the order's change (with its outbox event, when there is one, in the same
+//! transaction), so a replica that lost its lease can never overwrite the one
+//! that took over. The driver keeps the state it committed, so a saga costs
+//! one database round trip per step plus the participants' calls. Whatever
+//! point a crash hits, the persisted state names a step whose (idempotent)
+//! re-execution is safe.
 
 use super::{Step, StepOutcome, Transition, transition};
 use crate::config::SagaSettings;
-use crate::orders::{self, Item};
+use crate::orders;
 use chrono::{DateTime, Utc};
 use rand::Rng;
 use sagaworks_outbox::{NewEvent, OutboxWriter};
@@ -166,11 +169,14 @@ impl Orchestrator {
     /// for a retry, or `stop` is set.
     #[tracing::instrument(name = "saga", skip(self, stop), fields(saga.id = %id))]
     pub async fn drive(&self, id: Uuid, stop: &tokio_util::sync::CancellationToken) -> Result<Driven, DriveError> {
+        let mut state = self.load(id).await?;
+        // Whether the current step's attempt is recorded already: after the
+        // first turn, every commit records the next step's attempt with it.
+        let mut begun = false;
         loop {
             if self.has_crashed() {
                 return Err(DriveError::Crashed("earlier".into()));
             }
-            let state = self.load(id).await?;
             let Some(step) = Step::parse(&state.current_step) else {
                 tracing::error!(step = %state.current_step, "unknown saga step; leaving it for an operator");
                 return Ok(Driven::Deferred);
@@ -184,7 +190,7 @@ impl Orchestrator {
             }
             self.crash_at(CrashPoint::Before(step))?;
             let span = step_span(step);
-            let (next, finished) = self.turn(id, step, &state, &span).instrument(span.clone()).await?;
+            let (next, finished) = self.turn(id, step, &mut state, begun, &span).instrument(span.clone()).await?;
             match next {
                 Transition::Retry => return Ok(Driven::Deferred),
                 Transition::Complete | Transition::Cancel { .. } | Transition::Compensated => {
@@ -194,32 +200,38 @@ impl Orchestrator {
                     metrics::counter!("sagas_finished_total", "outcome" => outcome).increment(1);
                     return Ok(Driven::Finished);
                 }
-                Transition::Next(_) | Transition::Compensate { .. } => {}
+                Transition::Next(_) | Transition::Compensate { .. } => begun = true,
             }
         }
     }
 
     /// One step: run it (unless past its deadline), record its outcome on
-    /// `span` (the step's span), and commit the transition.
+    /// `span` (the step's span), and commit the transition; `state` becomes
+    /// what was committed.
     async fn turn(
         &self,
         id: Uuid,
         step: Step,
-        state: &State,
+        state: &mut State,
+        begun: bool,
         span: &tracing::Span,
     ) -> Result<(Transition, DateTime<Utc>), DriveError> {
-        let outcome = if self.past_deadline(step, state) {
-            StepOutcome::Failed(format!("{} missed its deadline", step.as_str()))
+        let (outcome, reservation) = if self.past_deadline(step, state) {
+            (StepOutcome::Failed(format!("{} missed its deadline", step.as_str())), None)
         } else {
-            self.begin_step(id, step).await?;
-            let outcome = self.run_step(id, step, state).await;
+            if !begun {
+                let (attempts, started_at) = self.begin_step(id, step).await?;
+                state.attempts = Some(attempts);
+                state.step_started_at = Some(started_at);
+            }
+            let result = self.run_step(id, step, state).await;
             self.crash_at(CrashPoint::AfterCall(step))?;
-            outcome
+            result
         };
         record_outcome(span, &outcome);
         metrics::counter!("saga_steps_total", "step" => step.as_str(), "result" => label(&outcome)).increment(1);
         let next = transition(step, &outcome);
-        let finished = self.apply(id, step, state, &outcome, &next).await?;
+        let finished = self.apply(id, step, state, &outcome, &next, reservation.as_ref()).await?;
         self.crash_at(CrashPoint::AfterCommit(step))?;
         Ok((next, finished))
     }
@@ -252,34 +264,25 @@ impl Orchestrator {
     }
 
     /// Records the attempt (so a step's start survives a crash, for its
-    /// deadline) and renews the lease.
-    async fn begin_step(&self, id: Uuid, step: Step) -> Result<(), DriveError> {
-        let mut tx = self.inner.pool.begin().await?;
-        self.renew(&mut tx, id).await?;
-        sqlx::query(
-            "INSERT INTO saga_steps (saga_id, name, status, attempts) VALUES ($1, $2, 'RUNNING', 1)
-             ON CONFLICT (saga_id, name) DO UPDATE SET attempts = saga_steps.attempts + 1, status = 'RUNNING'",
-        )
-        .bind(id)
-        .bind(step.as_str())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn renew(&self, conn: &mut sqlx::PgConnection, id: Uuid) -> Result<(), DriveError> {
-        let renewed = sqlx::query(
-            "UPDATE sagas SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
-             WHERE id = $1 AND lease_owner = $2",
+    /// deadline) and renews the lease, in one statement; returns the step's
+    /// attempts so far and when its first attempt started.
+    async fn begin_step(&self, id: Uuid, step: Step) -> Result<(i32, DateTime<Utc>), DriveError> {
+        sqlx::query_as(
+            "WITH s AS (
+                 UPDATE sagas SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
+                 WHERE id = $1 AND lease_owner = $2
+                 RETURNING id)
+             INSERT INTO saga_steps (saga_id, name, status, attempts) SELECT id, $4, 'RUNNING', 1 FROM s
+             ON CONFLICT (saga_id, name) DO UPDATE SET attempts = saga_steps.attempts + 1, status = 'RUNNING'
+             RETURNING attempts, started_at",
         )
         .bind(id)
         .bind(&self.inner.owner)
         .bind(self.lease_secs())
-        .execute(conn)
+        .bind(step.as_str())
+        .fetch_optional(&self.inner.pool)
         .await?
-        .rows_affected();
-        if renewed == 0 { Err(DriveError::LeaseLost(id)) } else { Ok(()) }
+        .ok_or(DriveError::LeaseLost(id))
     }
 
     /// Gives the saga back to the worker pool, runnable after `delay`.
@@ -297,7 +300,9 @@ impl Orchestrator {
         Ok(())
     }
 
-    async fn run_step(&self, id: Uuid, step: Step, state: &State) -> StepOutcome {
+    /// Runs `step`; a successful reservation comes back with its prices,
+    /// which [`Self::apply`] records with the step's result.
+    async fn run_step(&self, id: Uuid, step: Step, state: &State) -> (StepOutcome, Option<inv::Reservation>) {
         let key = format!("{id}:{}", step.as_str());
         let order_id = state.order_id.to_string();
         let reason = state.failure_reason.clone().unwrap_or_default();
@@ -311,7 +316,7 @@ impl Orchestrator {
                 // Nothing was sent yet: a database hiccup here has no effect.
                 let items = match items {
                     Ok(items) => items,
-                    Err(e) => return StepOutcome::Rejected(format!("loading items: {e}")),
+                    Err(e) => return (StepOutcome::Rejected(format!("loading items: {e}")), None),
                 };
                 let request = inv::ReserveStockRequest {
                     idempotency_key: key,
@@ -322,10 +327,7 @@ impl Orchestrator {
                         .map(|i| inv::ReserveItem { product_id: i.product_id.to_string(), quantity: i.quantity })
                         .collect(),
                 };
-                match self.inner.inventory.clone().reserve_stock(request).await {
-                    Ok(r) => return self.record_prices(state.order_id, r.into_inner()).await,
-                    Err(s) => Err(s),
-                }
+                self.inner.inventory.clone().reserve_stock(request).await.map(|r| Some(r.into_inner()))
             }
             Step::ChargePayment => {
                 let request = pay::ChargeRequest {
@@ -335,187 +337,261 @@ impl Orchestrator {
                     order_id,
                     amount_cents: state.total_cents,
                 };
-                self.inner.payment.clone().charge(request).await.map(|_| ())
+                self.inner.payment.clone().charge(request).await.map(|_| None)
             }
-            Step::ConfirmOrder => Ok(()),
+            Step::ConfirmOrder => Ok(None),
             Step::RefundPayment => {
                 let request = pay::RefundRequest { idempotency_key: key, payment_id: id.to_string(), order_id, reason };
-                self.inner.payment.clone().refund(request).await.map(|_| ())
+                self.inner.payment.clone().refund(request).await.map(|_| None)
             }
             Step::ReleaseStock => {
                 let request =
                     inv::ReleaseReservationRequest { idempotency_key: key, reservation_id: id.to_string(), order_id, reason };
-                self.inner.inventory.clone().release_reservation(request).await.map(|_| ())
+                self.inner.inventory.clone().release_reservation(request).await.map(|_| None)
             }
         };
         metrics::histogram!("saga_step_duration_seconds", "step" => step.as_str())
             .record(started.elapsed().as_secs_f64());
         match result {
-            Ok(()) => StepOutcome::Succeeded,
-            Err(status) => classify(step, &status),
+            Ok(reservation) => (StepOutcome::Succeeded, reservation),
+            Err(status) => (classify(step, &status), None),
         }
     }
 
-    /// Inventory owns prices: the reservation tells what the order costs.
-    async fn record_prices(&self, order_id: Uuid, r: inv::Reservation) -> StepOutcome {
-        let lines: Vec<Item> = r
-            .lines
-            .iter()
-            .filter_map(|l| {
-                Some(Item { product_id: l.product_id.parse().ok()?, quantity: l.quantity, unit_price_cents: l.unit_price_cents })
-            })
-            .collect();
-        let res: Result<(), sqlx::Error> = async {
-            let mut tx = self.inner.pool.begin().await?;
-            for line in &lines {
-                sqlx::query("UPDATE order_items SET unit_price_cents = $3 WHERE order_id = $1 AND product_id = $2")
-                    .bind(order_id)
-                    .bind(line.product_id)
-                    .bind(line.unit_price_cents)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            sqlx::query("UPDATE orders SET total_cents = $2, updated_at = now() WHERE id = $1")
-                .bind(order_id)
-                .bind(r.total_cents)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await
-        }
-        .await;
-        match res {
-            Ok(()) => StepOutcome::Succeeded,
-            // The reservation exists; failing here compensates it (release).
-            Err(e) => StepOutcome::Failed(format!("recording prices: {e}")),
-        }
-    }
-
-    /// Commits the step's result and the saga's next state in one transaction.
-    /// Returns the commit time.
+    /// Commits the step's result and the saga's next state — one statement,
+    /// guarded by the lease; with the outbox event in the same transaction
+    /// when the saga ends — and updates `state` to match. Returns the commit
+    /// time.
     async fn apply(
         &self,
         id: Uuid,
         step: Step,
-        state: &State,
+        state: &mut State,
         outcome: &StepOutcome,
         next: &Transition,
+        reservation: Option<&inv::Reservation>,
     ) -> Result<DateTime<Utc>, DriveError> {
-        let mut tx = self.inner.pool.begin().await?;
-        self.renew(&mut tx, id).await?;
-        let (status, error) = match outcome {
+        let commit = Commit::new(&self.inner.settings, step, state, outcome, next, reservation);
+        let event = match next {
+            Transition::Complete => Some(("OrderConfirmed", serde_json::json!({}))),
+            Transition::Cancel { reason } => Some(("OrderCancelled", serde_json::json!({ "reason": reason }))),
+            Transition::Compensated => Some(("OrderCancelled", serde_json::json!({ "reason": commit.order_reason }))),
+            _ => None,
+        };
+        let written = match event {
+            None => commit.execute(&mut *self.inner.pool.acquire().await?, id, &self.inner.owner, self.lease_secs()).await?,
+            Some((event_type, extra)) => {
+                let mut payload = serde_json::json!({
+                    "order_id": state.order_id, "customer_id": state.customer_id, "saga_id": id,
+                    "reservation_id": id, "payment_id": id, "total_cents": commit.total_cents.unwrap_or(state.total_cents),
+                });
+                if let (Some(p), serde_json::Value::Object(extra)) = (payload.as_object_mut(), extra) {
+                    p.extend(extra);
+                }
+                let mut tx = self.inner.pool.begin().await?;
+                let written = commit.execute(&mut tx, id, &self.inner.owner, self.lease_secs()).await?;
+                if written.is_some() {
+                    let event = NewEvent::new("order", state.order_id, event_type, payload)?;
+                    self.inner.outbox.write(&mut tx, event).await?;
+                    tx.commit().await?;
+                }
+                written
+            }
+        };
+        let (at, attempts, started_at) = written.ok_or(DriveError::LeaseLost(id))?;
+        if let Transition::Retry = next {
+            tracing::warn!(step = step.as_str(), delay_s = commit.retry_delay_secs, error = ?commit.step_error,
+                "saga step will be retried");
+        }
+        commit.update(state, attempts, started_at);
+        Ok(at)
+    }
+}
+
+/// What [`Orchestrator::apply`] writes for one step's outcome.
+struct Commit<'a> {
+    /// `sagas.status`, when it changes.
+    saga_status: Option<&'static str>,
+    /// `sagas.current_step`, when it changes (and the step whose attempt starts now).
+    next_step: Option<&'static str>,
+    /// `sagas.failure_reason`, when it is set now.
+    saga_reason: Option<&'a str>,
+    /// Hand the lease back (the saga ends, or waits for a retry).
+    release: bool,
+    retry_delay_secs: Option<f64>,
+    finished: bool,
+    step: &'static str,
+    step_status: &'static str,
+    step_error: Option<&'a str>,
+    order_id: Uuid,
+    /// The reservation's prices (a reserve that succeeded): product ids and unit prices.
+    price_products: Vec<Uuid>,
+    price_cents: Vec<i64>,
+    total_cents: Option<i64>,
+    order_status: Option<&'static str>,
+    order_reason: Option<String>,
+}
+
+impl<'a> Commit<'a> {
+    fn new(
+        settings: &SagaSettings,
+        step: Step,
+        state: &State,
+        outcome: &'a StepOutcome,
+        next: &'a Transition,
+        reservation: Option<&inv::Reservation>,
+    ) -> Self {
+        let (step_status, step_error) = match outcome {
             StepOutcome::Succeeded => ("SUCCEEDED", None),
             StepOutcome::Rejected(e) => ("FAILED", Some(e.as_str())),
             StepOutcome::Failed(e) if matches!(next, Transition::Retry) => ("RUNNING", Some(e.as_str())),
             StepOutcome::Failed(e) => ("FAILED", Some(e.as_str())),
         };
-        sqlx::query(
-            "INSERT INTO saga_steps (saga_id, name, status, attempts, error, finished_at)
-             VALUES ($1, $2, $3, 1, $4, CASE WHEN $3 = 'RUNNING' THEN NULL ELSE now() END)
-             ON CONFLICT (saga_id, name) DO UPDATE SET status = $3, error = $4, finished_at = EXCLUDED.finished_at",
-        )
-        .bind(id)
-        .bind(step.as_str())
-        .bind(status)
-        .bind(error)
-        .execute(&mut *tx)
-        .await?;
-        let outbox = &self.inner.outbox;
-        let order_event = |event_type: &str, extra: serde_json::Value| {
-            let mut payload = serde_json::json!({
-                "order_id": state.order_id, "customer_id": state.customer_id, "saga_id": id,
-                "reservation_id": id, "payment_id": id, "total_cents": state.total_cents,
-            });
-            if let (Some(p), serde_json::Value::Object(extra)) = (payload.as_object_mut(), extra) {
-                p.extend(extra);
-            }
-            NewEvent::new("order", state.order_id, event_type, payload)
+        let mut c = Commit {
+            saga_status: None,
+            next_step: None,
+            saga_reason: None,
+            release: false,
+            retry_delay_secs: None,
+            finished: false,
+            step: step.as_str(),
+            step_status,
+            step_error,
+            order_id: state.order_id,
+            price_products: Vec::new(),
+            price_cents: Vec::new(),
+            total_cents: None,
+            order_status: None,
+            order_reason: None,
         };
+        // Inventory owns prices: the reservation tells what the order costs.
+        if let (StepOutcome::Succeeded, Some(r)) = (outcome, reservation) {
+            for line in &r.lines {
+                if let Ok(product) = line.product_id.parse() {
+                    c.price_products.push(product);
+                    c.price_cents.push(line.unit_price_cents);
+                }
+            }
+            c.total_cents = Some(r.total_cents);
+        }
         match next {
-            Transition::Next(step) => self.set_saga(&mut tx, id, None, step.as_str(), None).await?,
+            Transition::Next(step) => c.next_step = Some(step.as_str()),
             Transition::Compensate { first, reason } => {
-                self.set_saga(&mut tx, id, Some("COMPENSATING"), first.as_str(), Some(reason)).await?
+                c.saga_status = Some("COMPENSATING");
+                c.next_step = Some(first.as_str());
+                c.saga_reason = Some(reason);
             }
             Transition::Retry => {
                 let attempts = state.attempts.unwrap_or(1).max(1) as u32;
-                let delay = backoff(&self.inner.settings, attempts);
-                tracing::warn!(step = step.as_str(), ?delay, error, "saga step will be retried");
-                sqlx::query(
-                    "UPDATE sagas SET lease_owner = NULL, lease_expires_at = NULL,
-                            next_attempt_at = now() + make_interval(secs => $2), updated_at = now()
-                     WHERE id = $1",
-                )
-                .bind(id)
-                .bind(delay.as_secs_f64())
-                .execute(&mut *tx)
-                .await?;
+                c.release = true;
+                c.retry_delay_secs = Some(backoff(settings, attempts).as_secs_f64());
             }
             Transition::Complete => {
-                self.finish(&mut tx, id, state.order_id, "COMPLETED", "CONFIRMED", None).await?;
-                outbox.write(&mut tx, order_event("OrderConfirmed", serde_json::json!({}))?).await?;
+                (c.saga_status, c.release, c.finished) = (Some("COMPLETED"), true, true);
+                c.order_status = Some("CONFIRMED");
             }
             Transition::Cancel { reason } => {
-                self.set_saga(&mut tx, id, None, step.as_str(), Some(reason)).await?;
-                self.finish(&mut tx, id, state.order_id, "COMPENSATED", "CANCELLED", Some(reason)).await?;
-                outbox.write(&mut tx, order_event("OrderCancelled", serde_json::json!({ "reason": reason }))?).await?;
+                (c.saga_status, c.release, c.finished) = (Some("COMPENSATED"), true, true);
+                c.saga_reason = Some(reason);
+                c.order_status = Some("CANCELLED");
+                c.order_reason = Some(reason.clone());
             }
             Transition::Compensated => {
-                let reason = state.failure_reason.clone().unwrap_or_else(|| "compensated".into());
-                self.finish(&mut tx, id, state.order_id, "COMPENSATED", "CANCELLED", Some(&reason)).await?;
-                outbox.write(&mut tx, order_event("OrderCancelled", serde_json::json!({ "reason": reason }))?).await?;
+                (c.saga_status, c.release, c.finished) = (Some("COMPENSATED"), true, true);
+                c.order_status = Some("CANCELLED");
+                c.order_reason = Some(state.failure_reason.clone().unwrap_or_else(|| "compensated".into()));
             }
         }
-        let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&mut *tx).await?;
-        tx.commit().await?;
-        Ok(now)
+        c
     }
 
-    async fn set_saga(
+    /// Runs the statement; `None` when this replica no longer holds the lease
+    /// (nothing was written). Otherwise: the commit time, and the attempts and
+    /// start of the next step, when one starts.
+    async fn execute(
         &self,
         conn: &mut sqlx::PgConnection,
         id: Uuid,
-        status: Option<&str>,
-        step: &str,
-        reason: Option<&str>,
-    ) -> Result<(), DriveError> {
-        sqlx::query(
-            "UPDATE sagas SET status = COALESCE($2, status), current_step = $3,
-                    failure_reason = COALESCE($4, failure_reason), updated_at = now()
-             WHERE id = $1",
+        owner: &str,
+        lease_secs: f64,
+    ) -> Result<Option<(DateTime<Utc>, Option<i32>, Option<DateTime<Utc>>)>, sqlx::Error> {
+        // Every part selects from `s`, the lease-guarded saga update: when
+        // the lease is gone, none of them writes anything.
+        sqlx::query_as(
+            "WITH s AS (
+                 UPDATE sagas SET
+                     status = COALESCE($3, status),
+                     current_step = COALESCE($4, current_step),
+                     failure_reason = COALESCE($5, failure_reason),
+                     lease_owner = CASE WHEN $6 THEN NULL ELSE lease_owner END,
+                     lease_expires_at = CASE WHEN $6 THEN NULL ELSE now() + make_interval(secs => $7) END,
+                     next_attempt_at = CASE WHEN $8::float8 IS NULL THEN next_attempt_at
+                                            ELSE now() + make_interval(secs => $8::float8) END,
+                     finished_at = CASE WHEN $9 THEN now() ELSE finished_at END,
+                     updated_at = now()
+                 WHERE id = $1 AND lease_owner = $2
+                 RETURNING id),
+             done AS (
+                 INSERT INTO saga_steps (saga_id, name, status, attempts, error, finished_at)
+                 SELECT id, $10, $11, 1, $12, CASE WHEN $11 = 'RUNNING' THEN NULL ELSE now() END FROM s
+                 ON CONFLICT (saga_id, name) DO UPDATE
+                     SET status = EXCLUDED.status, error = EXCLUDED.error, finished_at = EXCLUDED.finished_at),
+             next AS (
+                 INSERT INTO saga_steps (saga_id, name, status, attempts)
+                 SELECT id, $4, 'RUNNING', 1 FROM s WHERE $4::text IS NOT NULL
+                 ON CONFLICT (saga_id, name) DO UPDATE SET attempts = saga_steps.attempts + 1, status = 'RUNNING'
+                 RETURNING attempts, started_at),
+             prices AS (
+                 UPDATE order_items SET unit_price_cents = p.price
+                 FROM s, UNNEST($14::uuid[], $15::bigint[]) AS p (product_id, price)
+                 WHERE order_items.order_id = $13 AND order_items.product_id = p.product_id),
+             ord AS (
+                 UPDATE orders SET
+                     total_cents = COALESCE($16, total_cents),
+                     status = COALESCE($17, status),
+                     failure_reason = CASE WHEN $17::text IS NULL THEN failure_reason ELSE $18 END,
+                     updated_at = now()
+                 FROM s WHERE orders.id = $13 AND ($16::bigint IS NOT NULL OR $17::text IS NOT NULL))
+             SELECT now(), (SELECT attempts FROM next), (SELECT started_at FROM next) FROM s",
         )
         .bind(id)
-        .bind(status)
-        .bind(step)
-        .bind(reason)
-        .execute(conn)
-        .await?;
-        Ok(())
+        .bind(owner)
+        .bind(self.saga_status)
+        .bind(self.next_step)
+        .bind(self.saga_reason)
+        .bind(self.release)
+        .bind(lease_secs)
+        .bind(self.retry_delay_secs)
+        .bind(self.finished)
+        .bind(self.step)
+        .bind(self.step_status)
+        .bind(self.step_error)
+        .bind(self.order_id)
+        .bind(&self.price_products)
+        .bind(&self.price_cents)
+        .bind(self.total_cents)
+        .bind(self.order_status)
+        .bind(self.order_reason.as_deref())
+        .fetch_optional(conn)
+        .await
     }
 
-    async fn finish(
-        &self,
-        conn: &mut sqlx::PgConnection,
-        id: Uuid,
-        order_id: Uuid,
-        saga_status: &str,
-        order_status: &str,
-        reason: Option<&str>,
-    ) -> Result<(), DriveError> {
-        sqlx::query(
-            "UPDATE sagas SET status = $2, lease_owner = NULL, lease_expires_at = NULL,
-                    finished_at = now(), updated_at = now()
-             WHERE id = $1",
-        )
-        .bind(id)
-        .bind(saga_status)
-        .execute(&mut *conn)
-        .await?;
-        sqlx::query("UPDATE orders SET status = $2, failure_reason = $3, updated_at = now() WHERE id = $1")
-            .bind(order_id)
-            .bind(order_status)
-            .bind(reason)
-            .execute(conn)
-            .await?;
-        Ok(())
+    /// `state` after the commit.
+    fn update(&self, state: &mut State, attempts: Option<i32>, started_at: Option<DateTime<Utc>>) {
+        if let Some(status) = self.saga_status {
+            state.status = status.into();
+        }
+        if let Some(step) = self.next_step {
+            state.current_step = step.into();
+            state.attempts = attempts;
+            state.step_started_at = started_at;
+        }
+        if let Some(reason) = self.saga_reason {
+            state.failure_reason = Some(reason.into());
+        }
+        if let Some(total) = self.total_cents {
+            state.total_cents = total;
+        }
     }
 }
 
