@@ -18,6 +18,12 @@
 //!    exactly once per consumer group, however often Kafka delivers.
 //! 3. The message's offset is committed (`enable.auto.commit=false`).
 //!
+//! With `batch_size` above 1, the messages already waiting for a worker are
+//! handled like this in one transaction (an inbox row and the handler per
+//! message, one commit), and their offsets committed after it; if anything in
+//! the batch fails, the batch is rolled back and its messages go through the
+//! steps above one at a time, with their own retries and dead-lettering.
+//!
 //! A [`HandlerError::Retryable`] (or a database error) is retried with
 //! exponential backoff and full jitter, up to `max_attempts` in all; then,
 //! like a [`HandlerError::Permanent`] at once, the message goes to
@@ -83,6 +89,13 @@ pub struct ConsumerSettings {
     /// Partitions handled at the same time. Each partition always goes to
     /// the same worker, so it is still handled in order.
     pub concurrency: usize,
+    /// Messages a worker handles in one database transaction when they are
+    /// already waiting (at most this many). `1`: a transaction per message.
+    /// A batch saves a commit per message, but its transaction holds the
+    /// locks of all its handlers until it commits: keep `1` when handlers
+    /// lock rows that other writers lock too (in another order, that is a
+    /// deadlock). A batch that fails is handled again message by message.
+    pub batch_size: usize,
 }
 
 impl Default for ConsumerSettings {
@@ -99,6 +112,7 @@ impl Default for ConsumerSettings {
             lag_interval_ms: 5_000,
             topic_settings: TopicSettings::default(),
             concurrency: 4,
+            batch_size: 1,
         }
     }
 }
@@ -117,6 +131,13 @@ pub enum HandlerError {
 /// Handles one event on the consumer's transaction (which already holds the
 /// inbox row): write with `tx`, don't commit it.
 pub trait Handler: Send + Sync + 'static {
+    /// Whether `handle` has anything to do with `event`. An event it does not
+    /// want is acknowledged without touching the database (no transaction, no
+    /// inbox row: it has no effect, so there is nothing to deduplicate).
+    fn wants(&self, _event: &ReceivedEvent) -> bool {
+        true
+    }
+
     fn handle<'a>(
         &'a self,
         tx: &'a mut PgConnection,
@@ -219,6 +240,8 @@ pub enum EnvelopeError {
 /// How a message ended.
 enum Outcome {
     Processed,
+    /// The handler does not want this event ([`Handler::wants`]).
+    Ignored,
     Duplicate,
     DeadLettered,
 }
@@ -227,6 +250,7 @@ impl Outcome {
     fn label(&self) -> &'static str {
         match self {
             Self::Processed => "processed",
+            Self::Ignored => "ignored",
             Self::Duplicate => "duplicate",
             Self::DeadLettered => "dead_lettered",
         }
@@ -366,7 +390,18 @@ impl<H: Handler> Consumer<H> {
                     None => return,
                 },
             };
-            if self.process(&msg, &shutdown).await.is_err() {
+            let mut batch = vec![msg];
+            while batch.len() < self.settings.batch_size.max(1) {
+                match rx.try_recv() {
+                    Ok(msg) => batch.push(msg),
+                    Err(_) => break,
+                }
+            }
+            let done = match batch.as_slice() {
+                [msg] => self.process(msg, &shutdown).await,
+                msgs => self.process_batch(msgs, &shutdown).await,
+            };
+            if done.is_err() {
                 return;
             }
         }
@@ -385,30 +420,104 @@ impl<H: Handler> Consumer<H> {
         shutdown: &CancellationToken,
         span: &tracing::Span,
     ) -> Result<(), Interrupted> {
-        let group = &self.settings.group_id;
         let outcome = match ReceivedEvent::from_message(msg) {
             Err(e) => {
                 tracing::warn!(error = %e, topic = msg.topic(), offset = msg.offset(), "poison message");
                 self.dead_letter(msg, &e.to_string(), 1, shutdown).await?
             }
+            Ok(event) if !self.handler.wants(&event) => Outcome::Ignored,
             Ok(event) => self.handle_with_retries(msg, &event, shutdown).await?,
         };
         if let Outcome::DeadLettered = outcome {
             span.set_status(Status::error("dead-lettered"));
         }
-        let topic = msg.topic().to_string();
-        metrics::counter!(m::CONSUMER_PROCESSED_TOTAL, "group" => group.clone(), "topic" => topic,
-            "outcome" => outcome.label())
-        .increment(1);
-        let mut tpl = TopicPartitionList::new();
-        let committed = tpl
-            .add_partition_offset(msg.topic(), msg.partition(), Offset::Offset(msg.offset() + 1))
-            .and_then(|()| self.consumer.commit(&tpl, CommitMode::Async));
-        if let Err(e) = committed {
-            // The message is redelivered later, which the inbox makes harmless.
-            tracing::warn!(error = %e, "offset commit failed");
+        self.count(msg, &outcome);
+        self.commit_offsets(std::slice::from_ref(msg));
+        Ok(())
+    }
+
+    /// Handles `msgs` (one worker's, in partition order) in one transaction;
+    /// see the module docs.
+    async fn process_batch(&self, msgs: &[OwnedMessage], shutdown: &CancellationToken) -> Result<(), Interrupted> {
+        let Ok(events) = msgs.iter().map(ReceivedEvent::from_message).collect::<Result<Vec<_>, _>>() else {
+            // A poison message: the one-at-a-time path dead-letters it.
+            return self.one_by_one(msgs, shutdown).await;
+        };
+        let group = &self.settings.group_id;
+        let spans: Vec<tracing::Span> = msgs.iter().map(|msg| process_span(msg, group)).collect();
+        match self.handle_batch(&events, &spans).await {
+            Ok(outcomes) => {
+                for (msg, outcome) in msgs.iter().zip(&outcomes) {
+                    self.count(msg, outcome);
+                }
+                self.commit_offsets(msgs);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, messages = msgs.len(), "batch failed; handling its messages one at a time");
+                for span in spans {
+                    span.set_status(Status::error("batch rolled back; the message is handled again on its own"));
+                }
+                self.one_by_one(msgs, shutdown).await
+            }
+        }
+    }
+
+    async fn one_by_one(&self, msgs: &[OwnedMessage], shutdown: &CancellationToken) -> Result<(), Interrupted> {
+        for msg in msgs {
+            self.process(msg, shutdown).await?;
         }
         Ok(())
+    }
+
+    /// Inbox rows and handlers of `events` in one transaction; each event's
+    /// statements run inside its span.
+    async fn handle_batch(&self, events: &[ReceivedEvent], spans: &[tracing::Span]) -> Result<Vec<Outcome>, HandlerError> {
+        let db = |e: sqlx::Error| HandlerError::Retryable(format!("database: {e}"));
+        let mut outcomes = Vec::with_capacity(events.len());
+        let mut tx = self.pool.begin().await.map_err(db)?;
+        for (event, span) in events.iter().zip(spans) {
+            if !self.handler.wants(event) {
+                outcomes.push(Outcome::Ignored);
+                continue;
+            }
+            let outcome = async {
+                if !insert_inbox(&mut tx, &self.settings.group_id, event).await.map_err(db)? {
+                    return Ok::<_, HandlerError>(Outcome::Duplicate);
+                }
+                self.handler.handle(&mut tx, event).await?;
+                Ok(Outcome::Processed)
+            }
+            .instrument(span.clone())
+            .await?;
+            outcomes.push(outcome);
+        }
+        tx.commit().await.map_err(db)?;
+        Ok(outcomes)
+    }
+
+    fn count(&self, msg: &OwnedMessage, outcome: &Outcome) {
+        metrics::counter!(m::CONSUMER_PROCESSED_TOTAL, "group" => self.settings.group_id.clone(),
+            "topic" => msg.topic().to_string(), "outcome" => outcome.label())
+        .increment(1);
+    }
+
+    /// Commits, per partition, the offset after the last of `msgs`.
+    fn commit_offsets(&self, msgs: &[OwnedMessage]) {
+        let mut next: std::collections::BTreeMap<(&str, i32), i64> = std::collections::BTreeMap::new();
+        for msg in msgs {
+            let offset = next.entry((msg.topic(), msg.partition())).or_insert(0);
+            *offset = (*offset).max(msg.offset() + 1);
+        }
+        let mut tpl = TopicPartitionList::new();
+        let committed = next
+            .into_iter()
+            .try_for_each(|((topic, partition), offset)| tpl.add_partition_offset(topic, partition, Offset::Offset(offset)))
+            .and_then(|()| self.consumer.commit(&tpl, CommitMode::Async));
+        if let Err(e) = committed {
+            // The messages are redelivered later, which the inbox makes harmless.
+            tracing::warn!(error = %e, "offset commit failed");
+        }
     }
 
     async fn handle_with_retries(
@@ -453,21 +562,7 @@ impl<H: Handler> Consumer<H> {
     async fn handle_once(&self, event: &ReceivedEvent) -> Result<Outcome, HandlerError> {
         let db = |e: sqlx::Error| HandlerError::Retryable(format!("database: {e}"));
         let mut tx = self.pool.begin().await.map_err(db)?;
-        let inserted = sqlx::query(
-            "INSERT INTO inbox (consumer_group, event_id, event_type, topic, kafka_partition, kafka_offset)
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-        )
-        .bind(&self.settings.group_id)
-        .bind(event.id)
-        .bind(&event.event_type)
-        .bind(&event.topic)
-        .bind(event.partition)
-        .bind(event.offset)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?
-        .rows_affected();
-        if inserted == 0 {
+        if !insert_inbox(&mut tx, &self.settings.group_id, event).await.map_err(db)? {
             tx.rollback().await.map_err(db)?;
             return Ok(Outcome::Duplicate);
         }
@@ -546,6 +641,24 @@ impl<H: Handler> Consumer<H> {
             }
         });
     }
+}
+
+/// Records `event` in the inbox of `group`; `false` if it was there already.
+async fn insert_inbox(conn: &mut PgConnection, group: &str, event: &ReceivedEvent) -> Result<bool, sqlx::Error> {
+    let inserted = sqlx::query(
+        "INSERT INTO inbox (consumer_group, event_id, event_type, topic, kafka_partition, kafka_offset)
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+    )
+    .bind(group)
+    .bind(event.id)
+    .bind(&event.event_type)
+    .bind(&event.topic)
+    .bind(event.partition)
+    .bind(event.offset)
+    .execute(conn)
+    .await?
+    .rows_affected();
+    Ok(inserted == 1)
 }
 
 /// The consumer span of `msg` (see [`consumer_span`]).

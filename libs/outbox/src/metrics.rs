@@ -9,7 +9,7 @@
 //! | `outbox_backlog` | gauge: unpublished rows | `service` |
 //! | `outbox_oldest_unpublished_age_seconds` | gauge | `service` |
 //! | `outbox_publish_latency_seconds` | histogram: row `created_at` -> broker ack | `service` |
-//! | `consumer_processed_total` | counter | `group`, `topic`, `outcome` (`processed`, `duplicate`, `dead_lettered`) |
+//! | `consumer_processed_total` | counter | `group`, `topic`, `outcome` (`processed`, `ignored`, `duplicate`, `dead_lettered`) |
 //! | `consumer_errors_total` | counter: failed handling attempts | `group`, `topic` |
 //! | `consumer_dlq_total` | counter | `group`, `topic` |
 //! | `consumer_lag` | gauge: high watermark - fetch position (messages queued for a worker count as consumed) | `group`, `topic`, `partition` |

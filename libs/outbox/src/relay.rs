@@ -237,11 +237,8 @@ impl Relay {
                 _ = shutdown.cancelled() => {}
                 _ = tokio::time::sleep(wait) => {}
                 n = recv(&mut listener), if backoff.is_reset() => {
-                    match (n, listener.as_mut()) {
-                        // Every committed writer sent one: the next batch
-                        // takes them all, so one wake-up is enough.
-                        (Ok(()), Some(l)) => while l.next_buffered().is_some() {},
-                        _ => listener = None,
+                    if n.is_err() || drain(&mut listener).await.is_err() {
+                        listener = None;
                     }
                 }
             }
@@ -512,6 +509,19 @@ async fn recv(listener: &mut Option<PgListener>) -> Result<(), sqlx::Error> {
         Some(l) => l.recv().await.map(|_| ()),
         None => std::future::pending().await,
     }
+}
+
+/// Consumes the notifications that have arrived already: every committed
+/// writer sends one, and the next batch takes all their rows, so one wake-up
+/// is enough (a batch per notification would mostly find nothing).
+async fn drain(listener: &mut Option<PgListener>) -> Result<(), sqlx::Error> {
+    if let Some(l) = listener {
+        // `recv` is cancel-safe; polled once, it returns what is readable now.
+        while let Ok(n) = tokio::time::timeout(Duration::ZERO, l.recv()).await {
+            n?;
+        }
+    }
+    Ok(())
 }
 
 /// Deletes published rows older than `retention_hours`, in chunks.

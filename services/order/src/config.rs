@@ -45,6 +45,8 @@ impl Default for Settings {
             consumer: ConsumerSettings {
                 group_id: "order-timeline".into(),
                 topics: vec!["order", "reservation", "payment"].into_iter().map(String::from).collect(),
+                // The timeline only inserts its own rows: batches cannot deadlock.
+                batch_size: 64,
                 ..Default::default()
             },
             inventory: ClientSettings::with_url("http://127.0.0.1:50052"),

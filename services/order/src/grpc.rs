@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::orders::{self, Created, NewOrder, Order, SagaRecord, TimelineEntry};
-use crate::saga::orchestrator::Orchestrator;
+use crate::saga::orchestrator::{NewSaga, Orchestrator};
 use crate::saga::worker;
 use sagaworks_errors::validate::{order_lines, text, uuid};
 use sagaworks_outbox::OutboxWriter;
@@ -34,10 +34,8 @@ impl Orders {
 
     async fn view(&self, order_id: uuid::Uuid) -> Result<pb::Order> {
         let mut conn = self.pool.acquire().await?;
-        let order = orders::get(&mut conn, order_id).await?;
-        let saga = orders::saga_of_order(&mut conn, order_id).await?;
-        let timeline = orders::timeline(&mut conn, order_id).await?;
-        Ok(order_pb(order, saga, timeline))
+        let view = orders::view(&mut conn, order_id).await?;
+        Ok(order_pb(view.order, view.saga, view.timeline))
     }
 }
 
@@ -131,9 +129,10 @@ impl OrderService for Orders {
         let created = orders::create(&mut tx, &self.outbox, &new, self.orchestrator.owner(), settings.lease_ms).await?;
         tx.commit().await.map_err(Error::from)?;
         let (order_id, replayed) = match created {
-            Created::New { order_id, saga_id } => {
+            Created::New { order_id, saga_id, created_at } => {
                 let wait = Duration::from_millis(u64::from(r.wait_millis).min(settings.max_wait_ms));
-                worker::start(&self.orchestrator, saga_id, wait, &self.shutdown).await;
+                let saga = NewSaga { saga_id, order_id, customer_id, created_at, items: new.items };
+                worker::start(&self.orchestrator, saga, wait, &self.shutdown).await;
                 (order_id, false)
             }
             Created::Replayed { order_id } => (order_id, true),

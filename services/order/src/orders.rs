@@ -4,12 +4,13 @@ use crate::error::{Error, Result};
 use crate::saga::Step;
 use chrono::{DateTime, Utc};
 use sagaworks_outbox::{NewEvent, OutboxWriter};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use sqlx::types::Json;
 use sqlx::{FromRow, PgConnection};
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
-#[derive(Debug, Clone, Serialize, FromRow)]
+#[derive(Debug, Clone, Serialize, Deserialize, FromRow)]
 pub struct Item {
     pub product_id: Uuid,
     pub quantity: i64,
@@ -30,7 +31,7 @@ pub struct Order {
     pub items: Vec<Item>,
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone, Deserialize, FromRow)]
 pub struct SagaStepRecord {
     pub name: String,
     pub status: String,
@@ -40,7 +41,7 @@ pub struct SagaStepRecord {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone, Deserialize, FromRow)]
 pub struct SagaRecord {
     pub id: Uuid,
     pub order_id: Uuid,
@@ -50,10 +51,11 @@ pub struct SagaRecord {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     #[sqlx(skip)]
+    #[serde(default)]
     pub steps: Vec<SagaStepRecord>,
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone, Deserialize, FromRow)]
 pub struct TimelineEntry {
     pub event_id: Uuid,
     pub event_type: String,
@@ -71,7 +73,7 @@ pub struct NewOrder {
 
 /// The outcome of [`create`]: a new order, or the one its key already made.
 pub enum Created {
-    New { order_id: Uuid, saga_id: Uuid },
+    New { order_id: Uuid, saga_id: Uuid, created_at: DateTime<Utc> },
     Replayed { order_id: Uuid },
 }
 
@@ -90,20 +92,38 @@ pub async fn create(
     lease_ms: u64,
 ) -> Result<Created> {
     let order_id = Uuid::now_v7();
+    let saga_id = Uuid::now_v7();
     let trace_id = sagaworks_telemetry::propagation::current_trace_id();
-    let inserted = sqlx::query(
-        "INSERT INTO orders (id, customer_id, status, idempotency_key, request_hash, trace_id)
-         VALUES ($1, $2, 'PENDING', $3, $4, $5) ON CONFLICT (customer_id, idempotency_key) DO NOTHING",
+    let products: Vec<Uuid> = new.items.keys().copied().collect();
+    let quantities: Vec<i64> = new.items.values().copied().collect();
+    // One round trip: the order, its items and its saga, or nothing when the
+    // key was used before.
+    let created: Option<DateTime<Utc>> = sqlx::query_scalar(
+        "WITH o AS (
+             INSERT INTO orders (id, customer_id, status, idempotency_key, request_hash, trace_id)
+             VALUES ($1, $2, 'PENDING', $3, $4, $5) ON CONFLICT (customer_id, idempotency_key) DO NOTHING
+             RETURNING id),
+         items AS (
+             INSERT INTO order_items (order_id, product_id, quantity)
+             SELECT o.id, i.product_id, i.quantity FROM o, UNNEST($6::uuid[], $7::bigint[]) AS i (product_id, quantity))
+         INSERT INTO sagas (id, order_id, status, current_step, lease_owner, lease_expires_at)
+         SELECT $8, o.id, 'RUNNING', $9, $10, now() + make_interval(secs => $11) FROM o
+         RETURNING created_at",
     )
     .bind(order_id)
     .bind(new.customer_id)
     .bind(&new.idempotency_key)
     .bind(&new.request_hash)
     .bind(&trace_id)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if inserted == 0 {
+    .bind(&products)
+    .bind(&quantities)
+    .bind(saga_id)
+    .bind(Step::ReserveStock.as_str())
+    .bind(owner)
+    .bind(lease_ms as f64 / 1000.0)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(created_at) = created else {
         let (id, hash) = sqlx::query_as::<_, (Uuid, Vec<u8>)>(
             "SELECT id, request_hash FROM orders WHERE customer_id = $1 AND idempotency_key = $2",
         )
@@ -112,45 +132,56 @@ pub async fn create(
         .fetch_one(&mut *conn)
         .await?;
         return if hash == new.request_hash { Ok(Created::Replayed { order_id: id }) } else { Err(Error::KeyReused) };
-    }
-    let products: Vec<Uuid> = new.items.keys().copied().collect();
-    let quantities: Vec<i64> = new.items.values().copied().collect();
-    sqlx::query(
-        "INSERT INTO order_items (order_id, product_id, quantity) SELECT $1, * FROM UNNEST($2::uuid[], $3::bigint[])",
-    )
-    .bind(order_id)
-    .bind(&products)
-    .bind(&quantities)
-    .execute(&mut *conn)
-    .await?;
-    let saga_id = Uuid::now_v7();
-    sqlx::query(
-        "INSERT INTO sagas (id, order_id, status, current_step, lease_owner, lease_expires_at)
-         VALUES ($1, $2, 'RUNNING', $3, $4, now() + make_interval(secs => $5))",
-    )
-    .bind(saga_id)
-    .bind(order_id)
-    .bind(Step::ReserveStock.as_str())
-    .bind(owner)
-    .bind(lease_ms as f64 / 1000.0)
-    .execute(&mut *conn)
-    .await?;
+    };
     let items: Vec<_> = new.items.iter().map(|(p, q)| serde_json::json!({"product_id": p, "quantity": q})).collect();
     let event = serde_json::json!({
         "order_id": order_id, "customer_id": new.customer_id, "items": items, "saga_id": saga_id,
     });
     outbox.write(conn, NewEvent::new("order", order_id, "OrderCreated", event)?).await?;
-    Ok(Created::New { order_id, saga_id })
+    Ok(Created::New { order_id, saga_id, created_at })
 }
 
-pub async fn get(conn: &mut PgConnection, id: Uuid) -> Result<Order> {
-    let mut order = sqlx::query_as::<_, Order>(&format!("SELECT {ORDER_COLUMNS} FROM orders WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or(Error::OrderNotFound(id))?;
-    order.items = items(conn, id).await?;
-    Ok(order)
+/// An order with its saga (and the saga's steps) and its event timeline.
+pub struct OrderView {
+    pub order: Order,
+    pub saga: Option<SagaRecord>,
+    pub timeline: Vec<TimelineEntry>,
+}
+
+#[derive(FromRow)]
+struct ViewRow {
+    #[sqlx(flatten)]
+    order: Order,
+    item_list: Json<Vec<Item>>,
+    saga: Option<Json<SagaRecord>>,
+    timeline: Json<Vec<TimelineEntry>>,
+}
+
+/// The whole view of one order, in one round trip.
+pub async fn view(conn: &mut PgConnection, id: Uuid) -> Result<OrderView> {
+    let row = sqlx::query_as::<_, ViewRow>(&format!(
+        "SELECT {ORDER_COLUMNS},
+             (SELECT COALESCE(json_agg(i ORDER BY i.product_id), '[]')
+              FROM (SELECT product_id, quantity, unit_price_cents FROM order_items WHERE order_id = o.id) i)
+                 AS item_list,
+             (SELECT row_to_json(s) FROM (
+                  SELECT {SAGA_COLUMNS},
+                      (SELECT COALESCE(json_agg(st ORDER BY st.started_at, st.name), '[]')
+                       FROM (SELECT name, status, attempts, error, started_at, finished_at
+                             FROM saga_steps WHERE saga_id = sagas.id) st) AS steps
+                  FROM sagas WHERE order_id = o.id) s) AS saga,
+             (SELECT COALESCE(json_agg(t ORDER BY t.occurred_at, t.event_id), '[]')
+              FROM (SELECT event_id, event_type, source, occurred_at FROM order_timeline WHERE order_id = o.id) t)
+                 AS timeline
+         FROM orders o WHERE o.id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(conn)
+    .await?
+    .ok_or(Error::OrderNotFound(id))?;
+    let mut order = row.order;
+    order.items = row.item_list.0;
+    Ok(OrderView { order, saga: row.saga.map(|s| s.0), timeline: row.timeline.0 })
 }
 
 pub async fn items(conn: &mut PgConnection, order_id: Uuid) -> Result<Vec<Item>> {
@@ -178,14 +209,14 @@ pub async fn list(conn: &mut PgConnection, customer_id: Uuid, limit: i64) -> Res
 
 const SAGA_COLUMNS: &str = "id, order_id, status, current_step, failure_reason, created_at, updated_at";
 
-async fn saga_where(conn: &mut PgConnection, column: &str, id: Uuid) -> Result<Option<SagaRecord>> {
+pub async fn saga(conn: &mut PgConnection, saga_id: Uuid) -> Result<SagaRecord> {
     let Some(mut saga) =
-        sqlx::query_as::<_, SagaRecord>(&format!("SELECT {SAGA_COLUMNS} FROM sagas WHERE {column} = $1"))
-            .bind(id)
+        sqlx::query_as::<_, SagaRecord>(&format!("SELECT {SAGA_COLUMNS} FROM sagas WHERE id = $1"))
+            .bind(saga_id)
             .fetch_optional(&mut *conn)
             .await?
     else {
-        return Ok(None);
+        return Err(Error::SagaNotFound(saga_id));
     };
     saga.steps = sqlx::query_as::<_, SagaStepRecord>(
         "SELECT name, status, attempts, error, started_at, finished_at FROM saga_steps
@@ -194,23 +225,5 @@ async fn saga_where(conn: &mut PgConnection, column: &str, id: Uuid) -> Result<O
     .bind(saga.id)
     .fetch_all(conn)
     .await?;
-    Ok(Some(saga))
-}
-
-pub async fn saga(conn: &mut PgConnection, saga_id: Uuid) -> Result<SagaRecord> {
-    saga_where(conn, "id", saga_id).await?.ok_or(Error::SagaNotFound(saga_id))
-}
-
-pub async fn saga_of_order(conn: &mut PgConnection, order_id: Uuid) -> Result<Option<SagaRecord>> {
-    saga_where(conn, "order_id", order_id).await
-}
-
-pub async fn timeline(conn: &mut PgConnection, order_id: Uuid) -> Result<Vec<TimelineEntry>> {
-    Ok(sqlx::query_as::<_, TimelineEntry>(
-        "SELECT event_id, event_type, source, occurred_at FROM order_timeline
-         WHERE order_id = $1 ORDER BY occurred_at, event_id",
-    )
-    .bind(order_id)
-    .fetch_all(conn)
-    .await?)
+    Ok(saga)
 }

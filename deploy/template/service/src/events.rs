@@ -19,15 +19,16 @@ struct OrderConfirmed {
 }
 
 impl Handler for OrderEvents {
+    fn wants(&self, event: &ReceivedEvent) -> bool {
+        event.event_type == "OrderConfirmed"
+    }
+
     fn handle<'a>(
         &'a self,
         tx: &'a mut PgConnection,
         event: &'a ReceivedEvent,
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
         Box::pin(async move {
-            if event.event_type != "OrderConfirmed" {
-                return Ok(());
-            }
             let confirmed: OrderConfirmed = event
                 .json()
                 .map_err(|e| HandlerError::Permanent(format!("unreadable OrderConfirmed: {e}")))?;

@@ -80,6 +80,19 @@ impl CrashPoint {
     }
 }
 
+/// A saga `CreateOrder` just committed: what its driver would otherwise read back.
+#[derive(Debug)]
+pub struct NewSaga {
+    pub saga_id: Uuid,
+    pub order_id: Uuid,
+    pub customer_id: Uuid,
+    pub created_at: DateTime<Utc>,
+    /// Product id -> quantity.
+    pub items: std::collections::BTreeMap<Uuid, i64>,
+}
+
+/// A saga as its driver knows it: read once, then kept equal to what each
+/// commit wrote.
 #[derive(Debug, FromRow)]
 struct State {
     status: String,
@@ -91,6 +104,9 @@ struct State {
     total_cents: i64,
     step_started_at: Option<DateTime<Utc>>,
     attempts: Option<i32>,
+    /// The order's items, when known without reading them (a new saga).
+    #[sqlx(skip)]
+    items: Option<Vec<(Uuid, i64)>>,
 }
 
 struct Inner {
@@ -169,7 +185,39 @@ impl Orchestrator {
     /// for a retry, or `stop` is set.
     #[tracing::instrument(name = "saga", skip(self, stop), fields(saga.id = %id))]
     pub async fn drive(&self, id: Uuid, stop: &tokio_util::sync::CancellationToken) -> Result<Driven, DriveError> {
-        let mut state = self.load(id).await?;
+        let state = self.load(id).await?;
+        self.drive_from(id, state, stop).await
+    }
+
+    /// Drives a saga `CreateOrder` just committed (leased to this replica),
+    /// without reading back what it knows.
+    #[tracing::instrument(name = "saga", skip_all, fields(saga.id = %saga.saga_id))]
+    pub async fn drive_new(
+        &self,
+        saga: NewSaga,
+        stop: &tokio_util::sync::CancellationToken,
+    ) -> Result<Driven, DriveError> {
+        let state = State {
+            status: "RUNNING".into(),
+            current_step: Step::ReserveStock.as_str().into(),
+            failure_reason: None,
+            created_at: saga.created_at,
+            order_id: saga.order_id,
+            customer_id: saga.customer_id,
+            total_cents: 0,
+            step_started_at: None,
+            attempts: None,
+            items: Some(saga.items.into_iter().collect()),
+        };
+        self.drive_from(saga.saga_id, state, stop).await
+    }
+
+    async fn drive_from(
+        &self,
+        id: Uuid,
+        mut state: State,
+        stop: &tokio_util::sync::CancellationToken,
+    ) -> Result<Driven, DriveError> {
         // Whether the current step's attempt is recorded already: after the
         // first turn, every commit records the next step's attempt with it.
         let mut begun = false;
@@ -309,9 +357,15 @@ impl Orchestrator {
         let started = Instant::now();
         let result = match step {
             Step::ReserveStock => {
-                let items = match self.inner.pool.acquire().await {
-                    Ok(mut conn) => orders::items(&mut conn, state.order_id).await.map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
+                let items = match &state.items {
+                    Some(items) => Ok(items.clone()),
+                    None => match self.inner.pool.acquire().await {
+                        Ok(mut conn) => orders::items(&mut conn, state.order_id)
+                            .await
+                            .map(|items| items.into_iter().map(|i| (i.product_id, i.quantity)).collect())
+                            .map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    },
                 };
                 // Nothing was sent yet: a database hiccup here has no effect.
                 let items = match items {
@@ -324,7 +378,7 @@ impl Orchestrator {
                     order_id,
                     items: items
                         .iter()
-                        .map(|i| inv::ReserveItem { product_id: i.product_id.to_string(), quantity: i.quantity })
+                        .map(|(product, quantity)| inv::ReserveItem { product_id: product.to_string(), quantity: *quantity })
                         .collect(),
                 };
                 self.inner.inventory.clone().reserve_stock(request).await.map(|r| Some(r.into_inner()))

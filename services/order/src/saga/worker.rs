@@ -7,7 +7,7 @@
 //! stops leasing and waits for the sagas in hand, which hand their leases
 //! back at the next step boundary.
 
-use super::orchestrator::{DriveError, Orchestrator};
+use super::orchestrator::{DriveError, NewSaga, Orchestrator};
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -75,7 +75,8 @@ pub async fn run(orchestrator: Orchestrator, pool: sqlx::PgPool, shutdown: Cance
 /// Drives a saga this replica just created (its lease was taken in the same
 /// transaction) on a task of its own; returns when the saga finished, must
 /// wait for a retry, or `wait` elapsed — the saga goes on regardless.
-pub async fn start(orchestrator: &Orchestrator, id: Uuid, wait: Duration, stop: &CancellationToken) {
+pub async fn start(orchestrator: &Orchestrator, saga: NewSaga, wait: Duration, stop: &CancellationToken) {
+    let id = saga.saga_id;
     let (orchestrator, stop) = (orchestrator.clone(), stop.clone());
     let permits = orchestrator.permits();
     // The task carries the caller's span, so the saga's spans join the
@@ -87,7 +88,7 @@ pub async fn start(orchestrator: &Orchestrator, id: Uuid, wait: Duration, stop: 
                 let _ = orchestrator.release_lease(id, Duration::ZERO).await;
                 return;
             };
-            log_outcome(id, orchestrator.drive(id, &stop).await);
+            log_outcome(id, orchestrator.drive_new(saga, &stop).await);
         }
         .in_current_span(),
     );
