@@ -470,26 +470,42 @@ impl<H: Handler> Consumer<H> {
         Ok(())
     }
 
-    /// Inbox rows and handlers of `events` in one transaction; each event's
-    /// statements run inside its span.
+    /// Inbox rows and handlers of `events` in one transaction: one statement
+    /// records every wanted event in the inbox and says which are new; the
+    /// handler then runs for each new one, inside its span.
     async fn handle_batch(&self, events: &[ReceivedEvent], spans: &[tracing::Span]) -> Result<Vec<Outcome>, HandlerError> {
         let db = |e: sqlx::Error| HandlerError::Retryable(format!("database: {e}"));
-        let mut outcomes = Vec::with_capacity(events.len());
+        let wanted: Vec<&ReceivedEvent> = events.iter().filter(|e| self.handler.wants(e)).collect();
         let mut tx = self.pool.begin().await.map_err(db)?;
+        let new: std::collections::HashSet<Uuid> = sqlx::query_scalar(
+            "INSERT INTO inbox (consumer_group, event_id, event_type, topic, kafka_partition, kafka_offset)
+             SELECT $1, * FROM UNNEST($2::uuid[], $3::text[], $4::text[], $5::int[], $6::bigint[])
+             ON CONFLICT DO NOTHING
+             RETURNING event_id",
+        )
+        .bind(&self.settings.group_id)
+        .bind(wanted.iter().map(|e| e.id).collect::<Vec<_>>())
+        .bind(wanted.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>())
+        .bind(wanted.iter().map(|e| e.topic.as_str()).collect::<Vec<_>>())
+        .bind(wanted.iter().map(|e| e.partition).collect::<Vec<_>>())
+        .bind(wanted.iter().map(|e| e.offset).collect::<Vec<_>>())
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?
+        .into_iter()
+        .collect();
+        let mut outcomes = Vec::with_capacity(events.len());
+        let mut seen = std::collections::HashSet::with_capacity(events.len());
         for (event, span) in events.iter().zip(spans) {
-            if !self.handler.wants(event) {
-                outcomes.push(Outcome::Ignored);
-                continue;
-            }
-            let outcome = async {
-                if !insert_inbox(&mut tx, &self.settings.group_id, event).await.map_err(db)? {
-                    return Ok::<_, HandlerError>(Outcome::Duplicate);
-                }
-                self.handler.handle(&mut tx, event).await?;
-                Ok(Outcome::Processed)
-            }
-            .instrument(span.clone())
-            .await?;
+            let outcome = if !self.handler.wants(event) {
+                Outcome::Ignored
+            } else if !new.contains(&event.id) || !seen.insert(event.id) {
+                // In the inbox before, or twice in this batch (a redelivery).
+                Outcome::Duplicate
+            } else {
+                self.handler.handle(&mut tx, event).instrument(span.clone()).await?;
+                Outcome::Processed
+            };
             outcomes.push(outcome);
         }
         tx.commit().await.map_err(db)?;
