@@ -372,7 +372,10 @@ impl<H: Handler> Consumer<H> {
                 tracing::error!(error = %e, "consumer worker panicked");
             }
         }
-        tracing::info!(group = %this.settings.group_id, "consumer stopped");
+        let group = this.settings.group_id.clone();
+        // Leaves the group and destroys the clients, off the runtime (see `kafka::close`).
+        kafka::close(this, "consumer", Duration::from_secs(5)).await;
+        tracing::info!(%group, "consumer stopped");
     }
 
     /// Handles the messages of the partitions routed to this worker, in order.

@@ -9,6 +9,7 @@
 //!   properties from [`KafkaSettings::properties`] (security settings etc.).
 //! * [`ensure_topics`] — creates missing topics, because a real cluster usually
 //!   runs with `auto.create.topics.enable=false`.
+//! * [`close`] — drops a client on a thread of its own, never on the runtime.
 
 use crate::OutboxError;
 use rdkafka::ClientConfig;
@@ -16,7 +17,11 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 use sagaworks_config::KafkaSettings;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Gauge: Kafka clients being closed right now. One that stays above zero is
+/// a close that hangs (on its own thread, where it harms nobody).
+pub const KAFKA_CLIENTS_CLOSING: &str = "kafka_clients_closing";
 
 /// Header names (see docs/design.md, "Events").
 pub mod headers {
@@ -96,11 +101,94 @@ pub async fn ensure_topics(
     let opts = AdminOptions::new()
         .operation_timeout(Some(Duration::from_secs(5)))
         .request_timeout(Some(Duration::from_secs(5)));
-    for result in admin.create_topics(&new, &opts).await? {
+    let created = admin.create_topics(&new, &opts).await;
+    close(admin, "admin", Duration::ZERO).await;
+    for result in created? {
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((topic, code)) => return Err(OutboxError::CreateTopic { topic, reason: code.to_string() }),
         }
     }
     Ok(())
+}
+
+/// Drops `client` (a producer, consumer or admin client) on a thread of its
+/// own and waits for that at most `wait`.
+///
+/// Dropping an rdkafka client runs `rd_kafka_destroy`, which blocks until the
+/// client's internal threads have stopped: up to the producer's flush, and
+/// after a broker restart sometimes for ever (librdkafka issues #4131, #4674).
+/// On a runtime worker thread that stalls every task scheduled there — with
+/// two workers, two such drops silence the whole process (seen in
+/// `scripts/chaos` after a broker kill). On its own thread a hung destroy
+/// costs one parked thread and shows in [`KAFKA_CLIENTS_CLOSING`].
+pub async fn close<T: Send + 'static>(client: T, what: &'static str, wait: Duration) {
+    let (done, closed) = tokio::sync::oneshot::channel::<()>();
+    metrics::gauge!(KAFKA_CLIENTS_CLOSING).increment(1.0);
+    let spawned = std::thread::Builder::new().name(format!("kafka-close-{what}")).spawn(move || {
+        let started = Instant::now();
+        drop(client);
+        metrics::gauge!(KAFKA_CLIENTS_CLOSING).decrement(1.0);
+        let took = started.elapsed();
+        if took > Duration::from_secs(5) {
+            tracing::warn!(client = what, ?took, "closing a kafka client took long");
+        }
+        let _ = done.send(());
+    });
+    match spawned {
+        Ok(_) if !wait.is_zero() => {
+            if tokio::time::timeout(wait, closed).await.is_err() {
+                tracing::warn!(client = what, ?wait, "a kafka client is still closing; not waiting for it");
+            }
+        }
+        Ok(_) => {}
+        // No thread: the closure, and the client with it, was dropped here.
+        Err(e) => {
+            metrics::gauge!(KAFKA_CLIENTS_CLOSING).decrement(1.0);
+            tracing::error!(error = %e, client = what, "cannot start a thread to close a kafka client");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// A client whose destroy hangs until released (as `rd_kafka_destroy` can).
+    struct Hangs(mpsc::Receiver<()>);
+    impl Drop for Hangs {
+        fn drop(&mut self) {
+            let _ = self.0.recv_timeout(Duration::from_secs(30));
+        }
+    }
+
+    /// On a single-threaded runtime an inline drop would block the test itself
+    /// until the release below, 3 s later.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_close_that_hangs_does_not_stall_the_runtime() {
+        let (release, hung) = mpsc::channel();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(3));
+            let _ = release.send(());
+        });
+        let started = Instant::now();
+        close(Hangs(hung), "test", Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(started.elapsed() < Duration::from_secs(2), "close blocked the runtime for {:?}", started.elapsed());
+        releaser.join().unwrap();
+    }
+
+    #[tokio::test]
+    async fn close_drops_on_a_thread_of_its_own_and_waits_when_asked() {
+        struct Reports(mpsc::Sender<String>);
+        impl Drop for Reports {
+            fn drop(&mut self) {
+                let _ = self.0.send(std::thread::current().name().unwrap_or_default().to_string());
+            }
+        }
+        let (tx, rx) = mpsc::channel();
+        close(Reports(tx), "probe", Duration::from_secs(5)).await;
+        assert_eq!(rx.try_recv().as_deref(), Ok("kafka-close-probe"), "dropped, before close returned, elsewhere");
+    }
 }

@@ -221,7 +221,7 @@ impl Relay {
                     let delay = backoff.next_delay();
                     tracing::warn!(failed = o.failed, published = o.published, retry_in = ?delay,
                         "some outbox events were not acked; they stay unpublished and are retried");
-                    self.after_send_failure();
+                    self.after_send_failure().await;
                     delay
                 }
                 Err(e) => {
@@ -243,6 +243,8 @@ impl Relay {
                 }
             }
         }
+        let Relay { producer, .. } = self;
+        kafka::close(producer, "producer", Duration::from_secs(5)).await;
         tracing::info!("outbox relay stopped");
     }
 
@@ -251,13 +253,19 @@ impl Relay {
     /// and cannot deliver one late, after the new producer's. A fresh producer
     /// also recovers from idempotence state the broker lost (a broker restart
     /// without persistent storage left librdkafka timing out for ever).
-    fn after_send_failure(&mut self) {
+    ///
+    /// The old producer is closed on a thread of its own ([`kafka::close`]):
+    /// after a broker restart its destroy can hang.
+    async fn after_send_failure(&mut self) {
         self.ensured.clear();
         if let Some((code, reason)) = self.producer.client().fatal_error() {
             tracing::error!(%code, %reason, "kafka producer failed fatally");
         }
         match producer(&self.kafka, &self.settings) {
-            Ok(p) => self.producer = p,
+            Ok(p) => {
+                let old = std::mem::replace(&mut self.producer, p);
+                kafka::close(old, "producer", Duration::ZERO).await;
+            }
             Err(e) => tracing::error!(error = %e, "cannot create a kafka producer; keeping the old one"),
         }
     }

@@ -238,3 +238,58 @@ async fn redelivered_events_change_nothing() {
     relay.stop().await;
     consumer.stop().await;
 }
+
+/// Messages waiting for a worker are handled in one transaction each batch
+/// (rows committed together share their `xmin`), still once each and in
+/// order; a batch with a failing event is rolled back and handled message by
+/// message, so only that event is retried or dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_handle_waiting_messages_in_one_transaction_and_fall_back_one_by_one_on_failure() {
+    let env = env("consumer_batch").await;
+    let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
+    let relay = Running::spawn(|t| relay.run(t));
+    // Everything is on Kafka before the consumer starts, so its workers find full queues.
+    let mut bad = None;
+    for n in 1..=60 {
+        let id = credit(&env.pool, &format!("acc-{}", n % 5), n, true).await;
+        if n == 7 {
+            bad = Some(id);
+        }
+    }
+    sagaworks_test_support::eventually("the outbox to drain", WAIT, || async {
+        (count(&env.pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await == 0).then_some(())
+    })
+    .await;
+    let handler = Recorder {
+        script: Script { permanent: vec![7], fail_attempts: HashMap::from([(9, 2)]) },
+        ..Default::default()
+    };
+    let settings = ConsumerSettings { batch_size: 16, concurrency: 1, ..consumer_settings("g-batch", &["account"]) };
+    let consumer = Consumer::new(env.pool.clone(), &env.kafka, settings, handler).unwrap();
+    let consumer = Running::spawn(|t| consumer.run(t));
+
+    wait_for_effects(&env, 59).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(effects_count(&env).await, 59, "every event but the bad one, once");
+    assert_eq!(count(&env.pool, "SELECT count(DISTINCT event_id) FROM effects").await, 59);
+    assert_eq!(count(&env.pool, "SELECT count(*) FROM effects WHERE n = 7").await, 0);
+    let transactions = count(&env.pool, "SELECT count(DISTINCT xmin::text) FROM effects").await;
+    assert!(transactions < 30, "59 effects in {transactions} transactions: no batching");
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT aggregate_id, n FROM effects ORDER BY k").fetch_all(&env.pool).await.unwrap();
+    let mut per: HashMap<String, Vec<i64>> = HashMap::new();
+    for (agg, n) in rows {
+        per.entry(agg).or_default().push(n);
+    }
+    for (agg, ns) in per {
+        let mut sorted = ns.clone();
+        sorted.sort();
+        assert_eq!(ns, sorted, "handled in order: {agg}");
+    }
+    let topic = topic_name(&env.kafka, "account");
+    let dlq = read_topic(&env.kafka, &dlq_topic(&topic), WAIT, |m| !m.is_empty()).await;
+    assert_eq!(dlq.len(), 1, "only the bad event is dead-lettered");
+    assert_eq!(header(&dlq[0], "ce_id"), Some(bad.unwrap().to_string().as_str()));
+    relay.stop().await;
+    consumer.stop().await;
+}
