@@ -13,8 +13,9 @@
 //! | `consumer_errors_total` | counter: failed handling attempts | `group`, `topic` |
 //! | `consumer_dlq_total` | counter | `group`, `topic` |
 //! | `consumer_lag` | gauge: high watermark - fetch position (messages queued for a worker count as consumed) | `group`, `topic`, `partition` |
+//! | `kafka_clients_closing` | gauge: clients being closed; one stuck above 0 is a destroy that hangs | — |
 //!
-//! The backlog gauges are refreshed by the relay on every loop and, so that
+//! The backlog gauges are refreshed by the relay at most once a second and, so that
 //! `/metrics` is current even when no relay runs in the process, by
 //! [`OutboxGauges`] as a `/metrics` scrape hook.
 
