@@ -238,6 +238,7 @@ pub enum EnvelopeError {
 }
 
 /// How a message ended.
+#[derive(Clone, Copy)]
 enum Outcome {
     Processed,
     /// The handler does not want this event ([`Handler::wants`]).
@@ -479,6 +480,9 @@ impl<H: Handler> Consumer<H> {
     async fn handle_batch(&self, events: &[ReceivedEvent], spans: &[tracing::Span]) -> Result<Vec<Outcome>, HandlerError> {
         let db = |e: sqlx::Error| HandlerError::Retryable(format!("database: {e}"));
         let wanted: Vec<&ReceivedEvent> = events.iter().filter(|e| self.handler.wants(e)).collect();
+        if wanted.is_empty() {
+            return Ok(vec![Outcome::Ignored; events.len()]);
+        }
         let mut tx = self.pool.begin().await.map_err(db)?;
         let new: std::collections::HashSet<Uuid> = sqlx::query_scalar(
             "INSERT INTO inbox (consumer_group, event_id, event_type, topic, kafka_partition, kafka_offset)
@@ -577,17 +581,12 @@ impl<H: Handler> Consumer<H> {
         }
     }
 
-    /// Inbox row + handler in one transaction.
+    /// Inbox row + handler in one transaction (a batch of one, in the
+    /// current span: the message's).
     async fn handle_once(&self, event: &ReceivedEvent) -> Result<Outcome, HandlerError> {
-        let db = |e: sqlx::Error| HandlerError::Retryable(format!("database: {e}"));
-        let mut tx = self.pool.begin().await.map_err(db)?;
-        if !insert_inbox(&mut tx, &self.settings.group_id, event).await.map_err(db)? {
-            tx.rollback().await.map_err(db)?;
-            return Ok(Outcome::Duplicate);
-        }
-        self.handler.handle(&mut tx, event).await?;
-        tx.commit().await.map_err(db)?;
-        Ok(Outcome::Processed)
+        let span = tracing::Span::current();
+        let outcomes = self.handle_batch(std::slice::from_ref(event), std::slice::from_ref(&span)).await?;
+        Ok(outcomes[0])
     }
 
     /// Sends `msg` to `<topic>.dlq` and waits for the ack, retrying until it
@@ -660,24 +659,6 @@ impl<H: Handler> Consumer<H> {
             }
         });
     }
-}
-
-/// Records `event` in the inbox of `group`; `false` if it was there already.
-async fn insert_inbox(conn: &mut PgConnection, group: &str, event: &ReceivedEvent) -> Result<bool, sqlx::Error> {
-    let inserted = sqlx::query(
-        "INSERT INTO inbox (consumer_group, event_id, event_type, topic, kafka_partition, kafka_offset)
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-    )
-    .bind(group)
-    .bind(event.id)
-    .bind(&event.event_type)
-    .bind(&event.topic)
-    .bind(event.partition)
-    .bind(event.offset)
-    .execute(conn)
-    .await?
-    .rows_affected();
-    Ok(inserted == 1)
 }
 
 /// The consumer span of `msg` (see [`consumer_span`]).
