@@ -4,10 +4,12 @@
 //! `<saga_id>:<step>`). [`run_once`] makes the call's effect happen at most once
 //! per key: the first call does the work and stores its outcome (the encoded
 //! response) in `idempotency_keys` on the same transaction, or, when the work
-//! is a business rejection, rolls it back and stores the rejection; a repeated call gets that first outcome back and changes
-//! nothing. A concurrent duplicate blocks on the key's row until the first
-//! one commits, then replays. Reusing a key for a different request is an
-//! `INVALID_ARGUMENT`.
+//! is a business rejection, rolls it back and then stores the rejection; a
+//! repeated call gets that first outcome back and changes nothing. A
+//! concurrent duplicate blocks on the key's row until the first one commits,
+//! then replays; if the first was rejected (rolled back), the duplicate does
+//! the work itself, and whichever outcome is stored first is the one both
+//! return. Reusing a key for a different request is an `INVALID_ARGUMENT`.
 //!
 //! The table (in each participant's migrations):
 //!
