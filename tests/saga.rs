@@ -200,6 +200,56 @@ async fn participant_calls_are_idempotent_per_key() {
     assert_eq!(stack.stock(&product).await, (7, 3, 0), "the late reserve changed nothing");
 }
 
+/// A reservation of several lines moves every line's units or none: a short
+/// or unknown product leaves every counter as it was, and a release gives
+/// every line back.
+#[tokio::test]
+async fn a_reservation_moves_every_line_or_none() {
+    let stack = Stack::start().await;
+    let (plenty, scarce) = (stack.product(100, 10).await, stack.product(250, 2).await);
+    let mut inventory = InventoryServiceClient::connect(stack.inventory.grpc_url()).await.unwrap();
+    let reserve = |key: &str, lines: &[(&str, i64)]| inv::ReserveStockRequest {
+        idempotency_key: key.into(),
+        reservation_id: uuid::Uuid::new_v4().to_string(),
+        order_id: uuid::Uuid::new_v4().to_string(),
+        items: lines
+            .iter()
+            .map(|(p, q)| inv::ReserveItem { product_id: p.to_string(), quantity: *q })
+            .collect(),
+    };
+
+    let short = inventory.reserve_stock(reserve("short", &[(&plenty, 3), (&scarce, 5)])).await.unwrap_err();
+    assert_eq!(short.code(), Code::FailedPrecondition, "{short:?}");
+    assert!(short.message().contains(&scarce) && short.message().contains("available 2"), "{short:?}");
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let missing =
+        inventory.reserve_stock(reserve("missing", &[(&plenty, 3), (&unknown, 1)])).await.unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound, "{missing:?}");
+    assert_eq!(stack.stock(&plenty).await, (10, 0, 0), "a refused reservation moved nothing");
+    assert_eq!(stack.stock(&scarce).await, (2, 0, 0));
+
+    let request = reserve("both", &[(&plenty, 3), (&scarce, 2)]);
+    let reservation = inventory.reserve_stock(request.clone()).await.unwrap().into_inner();
+    assert_eq!(reservation.total_cents, 3 * 100 + 2 * 250);
+    let mut lines: Vec<_> =
+        reservation.lines.iter().map(|l| (l.product_id.clone(), l.quantity, l.unit_price_cents)).collect();
+    lines.sort();
+    let mut expected = vec![(plenty.clone(), 3, 100), (scarce.clone(), 2, 250)];
+    expected.sort();
+    assert_eq!(lines, expected);
+    assert_eq!((stack.stock(&plenty).await, stack.stock(&scarce).await), ((7, 3, 0), (0, 2, 0)));
+
+    let release = inv::ReleaseReservationRequest {
+        idempotency_key: "both:release".into(),
+        reservation_id: request.reservation_id.clone(),
+        order_id: request.order_id.clone(),
+        reason: "test".into(),
+    };
+    inventory.release_reservation(release).await.unwrap();
+    let stock = (stack.stock(&plenty).await, stack.stock(&scarce).await);
+    assert_eq!(stock, ((10, 0, 0), (2, 0, 0)), "every line released");
+}
+
 /// Kills the order service at each point of a saga; a fresh instance on the
 /// same database resumes every saga to its end, with no double effect.
 #[tokio::test]

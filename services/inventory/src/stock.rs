@@ -9,7 +9,8 @@
 use crate::error::{Error, Result};
 use chrono::{DateTime, Utc};
 use sagaworks_outbox::{NewEvent, OutboxWriter};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use sqlx::types::Json;
 use sqlx::{FromRow, PgConnection};
 use std::collections::BTreeMap;
 use uuid::Uuid;
@@ -43,7 +44,7 @@ impl ReservationStatus {
     }
 }
 
-#[derive(Debug, Clone, Serialize, FromRow)]
+#[derive(Debug, Clone, Serialize, Deserialize, FromRow)]
 pub struct Line {
     pub product_id: Uuid,
     pub quantity: i64,
@@ -140,8 +141,14 @@ async fn lock_reservation(conn: &mut PgConnection, id: Uuid) -> Result<Option<Re
 }
 
 async fn load_reservation(conn: &mut PgConnection, id: Uuid) -> Result<Option<Reservation>> {
-    let Some((order_id, status, total_cents)) = sqlx::query_as::<_, (Uuid, String, i64)>(
-        "SELECT order_id, status, total_cents FROM reservations WHERE id = $1",
+    // The reservation and its lines (in product order, the lock order), in one round trip.
+    type Row = (Uuid, String, i64, Json<Vec<Line>>);
+    let Some((order_id, status, total_cents, lines)) = sqlx::query_as::<_, Row>(
+        "SELECT order_id, status, total_cents,
+                (SELECT COALESCE(json_agg(l ORDER BY l.product_id), '[]')
+                 FROM (SELECT product_id, quantity, unit_price_cents FROM reservation_lines
+                       WHERE reservation_id = r.id) l)
+         FROM reservations r WHERE id = $1",
     )
     .bind(id)
     .fetch_optional(&mut *conn)
@@ -149,14 +156,8 @@ async fn load_reservation(conn: &mut PgConnection, id: Uuid) -> Result<Option<Re
     else {
         return Ok(None);
     };
-    let lines = sqlx::query_as::<_, Line>(
-        "SELECT product_id, quantity, unit_price_cents FROM reservation_lines
-         WHERE reservation_id = $1 ORDER BY product_id",
-    )
-    .bind(id)
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(Some(Reservation { id, order_id, status: ReservationStatus::parse(&status), lines, total_cents }))
+    let status = ReservationStatus::parse(&status);
+    Ok(Some(Reservation { id, order_id, status, lines: lines.0, total_cents }))
 }
 
 /// Reserves every item or none. `items` maps product id to quantity (duplicates
@@ -177,59 +178,64 @@ pub async fn reserve(
             _ => Ok(existing),
         };
     }
-    let mut lines = Vec::with_capacity(items.len());
-    let mut total: i64 = 0;
-    for (&product_id, &quantity) in items {
-        let price = sqlx::query_scalar::<_, i64>(
-            "UPDATE products SET available = available - $2, reserved = reserved + $2, updated_at = now()
-             WHERE id = $1 AND available >= $2 RETURNING price_cents",
-        )
-        .bind(product_id)
-        .bind(quantity)
-        .fetch_optional(&mut *conn)
-        .await?;
-        let Some(unit_price_cents) = price else {
-            let available =
-                sqlx::query_scalar::<_, i64>("SELECT available FROM products WHERE id = $1")
-                    .bind(product_id)
-                    .fetch_optional(&mut *conn)
-                    .await?
-                    .ok_or(Error::ProductNotFound(product_id))?;
-            return Err(Error::InsufficientStock { product_id, requested: quantity, available });
-        };
-        total = quantity
-            .checked_mul(unit_price_cents)
-            .and_then(|line| total.checked_add(line))
-            .ok_or_else(|| Error::invalid("items", "order total overflows"))?;
-        lines.push(Line { product_id, quantity, unit_price_cents });
-    }
-    sqlx::query("INSERT INTO reservations (id, order_id, status, total_cents) VALUES ($1, $2, 'RESERVED', $3)")
-        .bind(reservation_id)
-        .bind(order_id)
-        .bind(total)
-        .execute(&mut *conn)
-        .await?;
-    insert_lines(conn, reservation_id, &lines).await?;
+    let products: Vec<Uuid> = items.keys().copied().collect();
+    let quantities: Vec<i64> = items.values().copied().collect();
+    // One round trip: lock the products in id order, move every line's units
+    // that are available, and, only when every line moved and the total fits
+    // a BIGINT, record the reservation and its lines. Anything less is a
+    // rejection, and the caller's transaction is rolled back.
+    let (moved, total): (Json<Vec<Line>>, Option<i64>) = sqlx::query_as(
+        "WITH locked AS MATERIALIZED (
+             SELECT id FROM products WHERE id = ANY($1) ORDER BY id FOR UPDATE),
+         moved AS (
+             UPDATE products p SET available = p.available - i.quantity, reserved = p.reserved + i.quantity,
+                                   updated_at = now()
+             FROM locked, UNNEST($1::uuid[], $2::bigint[]) AS i (product_id, quantity)
+             WHERE p.id = locked.id AND p.id = i.product_id AND p.available >= i.quantity
+             RETURNING p.id AS product_id, i.quantity, p.price_cents AS unit_price_cents),
+         reservation AS (
+             INSERT INTO reservations (id, order_id, status, total_cents)
+             SELECT $3, $4, 'RESERVED', sum(quantity::numeric * unit_price_cents)::bigint FROM moved
+             HAVING count(*) = cardinality($1) AND sum(quantity::numeric * unit_price_cents) <= $5
+             RETURNING id, total_cents),
+         line_rows AS (
+             INSERT INTO reservation_lines (reservation_id, product_id, quantity, unit_price_cents)
+             SELECT reservation.id, moved.* FROM reservation, moved)
+         SELECT (SELECT COALESCE(json_agg(m ORDER BY m.product_id), '[]') FROM moved m),
+                (SELECT total_cents FROM reservation)",
+    )
+    .bind(&products)
+    .bind(&quantities)
+    .bind(reservation_id)
+    .bind(order_id)
+    .bind(i64::MAX)
+    .fetch_one(&mut *conn)
+    .await?;
+    let lines = moved.0;
+    let Some(total) = total else {
+        return Err(reserve_refused(conn, items, &lines).await);
+    };
     let event = ReservationEvent { reservation_id, order_id, lines: &lines, total_cents: total };
     outbox.write(conn, NewEvent::new("reservation", reservation_id, "StockReserved", &event)?).await?;
     Ok(Reservation { id: reservation_id, order_id, status: ReservationStatus::Reserved, lines, total_cents: total })
 }
 
-async fn insert_lines(conn: &mut PgConnection, reservation_id: Uuid, lines: &[Line]) -> Result<()> {
-    let products: Vec<Uuid> = lines.iter().map(|l| l.product_id).collect();
-    let quantities: Vec<i64> = lines.iter().map(|l| l.quantity).collect();
-    let prices: Vec<i64> = lines.iter().map(|l| l.unit_price_cents).collect();
-    sqlx::query(
-        "INSERT INTO reservation_lines (reservation_id, product_id, quantity, unit_price_cents)
-         SELECT $1, * FROM UNNEST($2::uuid[], $3::bigint[], $4::bigint[])",
-    )
-    .bind(reservation_id)
-    .bind(products)
-    .bind(quantities)
-    .bind(prices)
-    .execute(conn)
-    .await?;
-    Ok(())
+/// Why a reservation moved fewer lines than asked (the first such product,
+/// in lock order), or, when every line moved, that its total overflows.
+async fn reserve_refused(conn: &mut PgConnection, items: &BTreeMap<Uuid, i64>, moved: &[Line]) -> Error {
+    let short = items.iter().find(|(p, _)| !moved.iter().any(|l| l.product_id == **p));
+    let Some((&product_id, &requested)) = short else {
+        return Error::invalid("items", "order total overflows");
+    };
+    let available = sqlx::query_scalar::<_, i64>("SELECT available FROM products WHERE id = $1")
+        .bind(product_id)
+        .fetch_optional(&mut *conn)
+        .await;
+    match available {
+        Ok(Some(available)) => Error::InsufficientStock { product_id, requested, available },
+        Ok(None) => Error::ProductNotFound(product_id),
+        Err(e) => e.into(),
+    }
 }
 
 /// Gives reserved units back. Releasing an unknown reservation leaves a
@@ -263,8 +269,8 @@ pub async fn release(
         ReservationStatus::Committed => return Err(Error::AlreadyCommitted(reservation_id)),
         ReservationStatus::Reserved => {}
     }
-    move_units(conn, &r.lines, "available = available + $2, reserved = reserved - $2").await?;
-    set_status(conn, reservation_id, "RELEASED").await?;
+    let back = "available = p.available + i.quantity, reserved = p.reserved - i.quantity";
+    settle(conn, &r, back, "RELEASED").await?;
     r.status = ReservationStatus::Released;
     let event = serde_json::json!({
         "reservation_id": reservation_id, "order_id": r.order_id, "lines": r.lines, "reason": reason,
@@ -285,30 +291,33 @@ pub async fn commit(conn: &mut PgConnection, outbox: &OutboxWriter, reservation_
         ReservationStatus::Released => return Err(Error::AlreadyReleased(reservation_id)),
         ReservationStatus::Reserved => {}
     }
-    move_units(conn, &r.lines, "sold = sold + $2, reserved = reserved - $2").await?;
-    set_status(conn, reservation_id, "COMMITTED").await?;
+    settle(conn, &r, "sold = p.sold + i.quantity, reserved = p.reserved - i.quantity", "COMMITTED").await?;
     r.status = ReservationStatus::Committed;
     let event = ReservationEvent { reservation_id, order_id: r.order_id, lines: &r.lines, total_cents: r.total_cents };
     outbox.write(conn, NewEvent::new("reservation", reservation_id, "StockCommitted", &event)?).await?;
     Ok(r)
 }
 
-async fn move_units(conn: &mut PgConnection, lines: &[Line], assignment: &str) -> Result<()> {
-    for line in lines {
-        sqlx::query(&format!("UPDATE products SET {assignment}, updated_at = now() WHERE id = $1"))
-            .bind(line.product_id)
-            .bind(line.quantity)
-            .execute(&mut *conn)
-            .await?;
-    }
-    Ok(())
-}
-
-async fn set_status(conn: &mut PgConnection, id: Uuid, status: &str) -> Result<()> {
-    sqlx::query("UPDATE reservations SET status = $2, updated_at = now() WHERE id = $1")
-        .bind(id)
-        .bind(status)
-        .execute(conn)
-        .await?;
+/// Moves every line's units between two counters (`assignment`, with the
+/// quantity as `i.quantity`) and sets the reservation's status, in one round
+/// trip; the products are locked in id order, like reserve does.
+async fn settle(conn: &mut PgConnection, r: &Reservation, assignment: &str, status: &str) -> Result<()> {
+    let products: Vec<Uuid> = r.lines.iter().map(|l| l.product_id).collect();
+    let quantities: Vec<i64> = r.lines.iter().map(|l| l.quantity).collect();
+    sqlx::query(&format!(
+        "WITH locked AS MATERIALIZED (
+             SELECT id FROM products WHERE id = ANY($2) ORDER BY id FOR UPDATE),
+         moved AS (
+             UPDATE products p SET {assignment}, updated_at = now()
+             FROM locked, UNNEST($2::uuid[], $3::bigint[]) AS i (product_id, quantity)
+             WHERE p.id = locked.id AND p.id = i.product_id)
+         UPDATE reservations SET status = $4, updated_at = now() WHERE id = $1"
+    ))
+    .bind(r.id)
+    .bind(products)
+    .bind(quantities)
+    .bind(status)
+    .execute(conn)
+    .await?;
     Ok(())
 }

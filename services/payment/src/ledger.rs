@@ -137,12 +137,19 @@ pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -
             PaymentStatus::Charged => Ok(existing),
         };
     }
+    // One round trip: take the money and record the payment, or neither.
     let charged = sqlx::query(
-        "UPDATE accounts SET balance_cents = balance_cents - $2, updated_at = now()
-         WHERE customer_id = $1 AND balance_cents >= $2",
+        "WITH debit AS (
+             UPDATE accounts SET balance_cents = balance_cents - $2, updated_at = now()
+             WHERE customer_id = $1 AND balance_cents >= $2
+             RETURNING customer_id)
+         INSERT INTO payments (id, customer_id, order_id, amount_cents, status)
+         SELECT $3, customer_id, $4, $2, 'CHARGED' FROM debit",
     )
     .bind(c.customer_id)
     .bind(c.amount_cents)
+    .bind(c.payment_id)
+    .bind(c.order_id)
     .execute(&mut *conn)
     .await?
     .rows_affected();
@@ -154,15 +161,6 @@ pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -
             amount_cents: c.amount_cents,
         });
     }
-    sqlx::query(
-        "INSERT INTO payments (id, customer_id, order_id, amount_cents, status) VALUES ($1, $2, $3, $4, 'CHARGED')",
-    )
-    .bind(c.payment_id)
-    .bind(c.customer_id)
-    .bind(c.order_id)
-    .bind(c.amount_cents)
-    .execute(&mut *conn)
-    .await?;
     let payment = Payment {
         id: c.payment_id,
         customer_id: c.customer_id,
