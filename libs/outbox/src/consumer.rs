@@ -143,6 +143,26 @@ pub trait Handler: Send + Sync + 'static {
         tx: &'a mut PgConnection,
         event: &'a ReceivedEvent,
     ) -> BoxFuture<'a, Result<(), HandlerError>>;
+
+    /// Handles the new events of one transaction (several when `batch_size`
+    /// is above 1), in partition order; `spans[i]` is the `process {topic}`
+    /// span of `events[i]`. The default runs [`handle`](Self::handle) for each
+    /// event inside its span. Override it to write a batch in fewer
+    /// statements; an error rolls the whole batch back, and its messages are
+    /// then handled one at a time (a batch of one each).
+    fn handle_many<'a>(
+        &'a self,
+        tx: &'a mut PgConnection,
+        events: &'a [&'a ReceivedEvent],
+        spans: &'a [tracing::Span],
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            for (event, span) in events.iter().zip(spans) {
+                self.handle(tx, event).instrument(span.clone()).await?;
+            }
+            Ok(())
+        })
+    }
 }
 
 /// An event as received from Kafka.
@@ -503,6 +523,8 @@ impl<H: Handler> Consumer<H> {
         .collect();
         let mut outcomes = Vec::with_capacity(events.len());
         let mut seen = std::collections::HashSet::with_capacity(events.len());
+        let mut fresh = Vec::with_capacity(events.len());
+        let mut fresh_spans = Vec::with_capacity(events.len());
         for (event, span) in events.iter().zip(spans) {
             let outcome = if !self.handler.wants(event) {
                 Outcome::Ignored
@@ -510,10 +532,14 @@ impl<H: Handler> Consumer<H> {
                 // In the inbox before, or twice in this batch (a redelivery).
                 Outcome::Duplicate
             } else {
-                self.handler.handle(&mut tx, event).instrument(span.clone()).await?;
+                fresh.push(event);
+                fresh_spans.push(span.clone());
                 Outcome::Processed
             };
             outcomes.push(outcome);
+        }
+        if !fresh.is_empty() {
+            self.handler.handle_many(&mut tx, &fresh, &fresh_spans).await?;
         }
         tx.commit().await.map_err(db)?;
         Ok(outcomes)
