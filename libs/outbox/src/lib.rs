@@ -2,7 +2,8 @@
 //!
 //! * [`writer`] — [`OutboxWriter::write`] inserts a domain event into the
 //!   service's `outbox` table on the caller's transaction, so the event exists
-//!   if and only if the business change committed.
+//!   if and only if the business change committed; [`PendingEvent`] lets a
+//!   business statement insert its event itself, in the same round trip.
 //! * [`relay`] — [`Relay`] publishes committed rows to
 //!   `<topic_prefix>.<aggregate_type>` (key = aggregate id, CloudEvents
 //!   binary-mode headers), woken by `NOTIFY` with a polling fallback, and
@@ -94,7 +95,7 @@ pub use error::OutboxError;
 pub use health::BrokerCheck;
 pub use metrics::OutboxGauges;
 pub use relay::{Relay, RelaySettings};
-pub use writer::{MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxWriter};
+pub use writer::{MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxWriter, PENDING_EVENT_PARAMS, PendingEvent};
 
 /// Migrations for the `outbox` and `inbox` tables (share `_sqlx_migrations`
 /// with the service's own; see `sagaworks_runtime::db::migrate`).

@@ -1,7 +1,10 @@
 //! Writing events into the outbox, inside the business transaction.
 
 pub use crate::error::OutboxError;
-use sqlx::PgConnection;
+use sqlx::postgres::PgArguments;
+use sqlx::query::{Query, QueryAs, QueryScalar};
+use sqlx::{PgConnection, Postgres};
+use std::sync::LazyLock;
 use uuid::Uuid;
 
 /// Events larger than this are refused at write time (Kafka's default
@@ -64,6 +67,20 @@ impl OutboxWriter {
     /// with it: the relay's producer span continues that trace, and the
     /// consumer's span links back to it.
     pub async fn write(&self, conn: &mut PgConnection, event: NewEvent) -> Result<Uuid, OutboxError> {
+        let event = self.pending(event)?;
+        let id = event.id();
+        // One round trip: the row, and a NOTIFY that PostgreSQL delivers at
+        // commit, and only if the transaction commits (several in one
+        // transaction are folded into one).
+        static SQL: LazyLock<String> = LazyLock::new(|| format!("WITH {} SELECT 1", PendingEvent::cte("event", 1, None)));
+        event.bind(sqlx::query(SQL.as_str())).execute(&mut *conn).await?;
+        Ok(id)
+    }
+
+    /// `event`, checked and stamped (id, source, the current span's trace
+    /// context), for a business statement that inserts it itself: see
+    /// [`PendingEvent`].
+    pub fn pending(&self, event: NewEvent) -> Result<PendingEvent, OutboxError> {
         let payload = serde_json::to_vec(&event.payload)?;
         if payload.len() > MAX_PAYLOAD_BYTES {
             return Err(OutboxError::PayloadTooLarge {
@@ -72,32 +89,120 @@ impl OutboxWriter {
                 max: MAX_PAYLOAD_BYTES,
             });
         }
-        let id = Uuid::now_v7();
-        let traceparent = sagaworks_telemetry::propagation::current_traceparent();
-        let tracestate = sagaworks_telemetry::propagation::current_tracestate();
-        // One round trip: the row, and a NOTIFY that PostgreSQL delivers at
-        // commit, and only if the transaction commits (several in one
-        // transaction are folded into one).
-        sqlx::query(
-            "WITH row AS (
+        Ok(PendingEvent {
+            id: Uuid::now_v7(),
+            aggregate_type: event.aggregate_type,
+            aggregate_id: event.aggregate_id,
+            event_type: event.event_type,
+            schema_version: event.schema_version,
+            source: self.source.clone(),
+            payload,
+            traceparent: sagaworks_telemetry::propagation::current_traceparent(),
+            tracestate: sagaworks_telemetry::propagation::current_tracestate(),
+        })
+    }
+}
+
+/// An outbox row that a business statement inserts as one of its own
+/// common table expressions, so that the business write and its event cost
+/// one round trip (and, outside a transaction, are still atomic: one
+/// statement commits all or nothing).
+///
+/// ```ignore
+/// let event = outbox.pending(NewEvent::new("order", id, "OrderConfirmed", payload)?)?;
+/// let sql = format!(
+///     "WITH o AS (UPDATE orders SET status = 'CONFIRMED' WHERE id = $1 RETURNING id),
+///           {}
+///      SELECT count(*) FROM o",
+///     PendingEvent::cte("event", 2, Some("o")), // $2..$10, one row per row of `o`
+/// );
+/// let updated: i64 = event.bind(sqlx::query_scalar(&sql).bind(id)).fetch_one(&mut *conn).await?;
+/// ```
+#[derive(Debug, Clone)]
+pub struct PendingEvent {
+    id: Uuid,
+    aggregate_type: String,
+    aggregate_id: String,
+    event_type: String,
+    schema_version: i32,
+    source: String,
+    payload: Vec<u8>,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+}
+
+/// How many parameters [`PendingEvent::cte`] takes.
+pub const PENDING_EVENT_PARAMS: usize = 9;
+
+impl PendingEvent {
+    /// The event's id (the CloudEvents `id`).
+    pub fn id(&self) -> Uuid {
+        self.id
+    }
+
+    /// `name AS (INSERT INTO outbox ...)`, a data-modifying CTE that inserts
+    /// the event and NOTIFYs the relay (delivered at commit). It takes
+    /// [`PENDING_EVENT_PARAMS`] parameters from `$first` on, bound by
+    /// [`Self::bind`] after the statement's own. With `once_per`, the name
+    /// of an earlier CTE of the statement, the event is inserted once per row
+    /// that CTE returns: give one that returns a row exactly when the
+    /// business write happened.
+    pub fn cte(name: &str, first: usize, once_per: Option<&str>) -> String {
+        let p = |i: usize| format!("${}", first + i);
+        let from = once_per.map(|cte| format!(" FROM {cte}")).unwrap_or_default();
+        format!(
+            "{name} AS (
                  INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, source,
                                      content_type, payload, traceparent, tracestate)
-                 VALUES ($1, $2, $3, $4, $5, $6, 'application/json', $7, $8, $9)
-                 RETURNING 1)
-             SELECT pg_notify($10, '') FROM row",
+                 SELECT {}, {}, {}, {}, {}, {}, 'application/json', {}, {}, {}{from}
+                 RETURNING pg_notify('{NOTIFY_CHANNEL}', ''))",
+            p(0),
+            p(1),
+            p(2),
+            p(3),
+            p(4),
+            p(5),
+            p(6),
+            p(7),
+            p(8),
         )
-        .bind(id)
-        .bind(&event.aggregate_type)
-        .bind(&event.aggregate_id)
-        .bind(&event.event_type)
-        .bind(event.schema_version)
-        .bind(&self.source)
-        .bind(payload)
-        .bind(traceparent)
-        .bind(tracestate)
-        .bind(NOTIFY_CHANNEL)
-        .execute(&mut *conn)
-        .await?;
-        Ok(id)
+    }
+
+    /// Binds the event's [`PENDING_EVENT_PARAMS`] values, in the order of [`Self::cte`].
+    pub fn bind<'q, Q: Bind<'q>>(self, query: Q) -> Q {
+        query
+            .bind_value(self.id)
+            .bind_value(self.aggregate_type)
+            .bind_value(self.aggregate_id)
+            .bind_value(self.event_type)
+            .bind_value(self.schema_version)
+            .bind_value(self.source)
+            .bind_value(self.payload)
+            .bind_value(self.traceparent)
+            .bind_value(self.tracestate)
+    }
+}
+
+/// A sqlx query that takes one more parameter: `query`, `query_as` and
+/// `query_scalar` alike.
+pub trait Bind<'q>: Sized {
+    fn bind_value<T: 'q + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>>(self, value: T) -> Self;
+}
+
+impl<'q> Bind<'q> for Query<'q, Postgres, PgArguments> {
+    fn bind_value<T: 'q + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>>(self, value: T) -> Self {
+        self.bind(value)
+    }
+}
+
+impl<'q, O> Bind<'q> for QueryAs<'q, Postgres, O, PgArguments> {
+    fn bind_value<T: 'q + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>>(self, value: T) -> Self {
+        self.bind(value)
+    }
+}
+
+impl<'q, O> Bind<'q> for QueryScalar<'q, Postgres, O, PgArguments> {
+    fn bind_value<T: 'q + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>>(self, value: T) -> Self {
+        self.bind(value)
     }
 }

@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use rdkafka::message::Message;
 use sagaworks_outbox::kafka::topic_name;
-use sagaworks_outbox::{MAX_PAYLOAD_BYTES, NewEvent, OutboxError, OutboxWriter, Relay};
+use sagaworks_outbox::{MAX_PAYLOAD_BYTES, NewEvent, OutboxError, OutboxWriter, PendingEvent, Relay};
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -277,6 +277,57 @@ async fn eventually_empty_backlog(env: &Env) {
         }
     })
     .await;
+}
+
+/// A business statement can insert its event itself ([`PendingEvent`]): the
+/// event exists exactly when the statement wrote, its NOTIFY wakes the relay,
+/// and it is published like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_event_is_written_by_its_business_statement_only_when_that_writes() {
+    let env = env("relay_pending").await;
+    let settings = sagaworks_outbox::RelaySettings { poll_interval_ms: 60_000, ..relay_settings() };
+    let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sqlx::query("INSERT INTO accounts (id, balance) VALUES ('acc-1', 10)").execute(&env.pool).await.unwrap();
+
+    // One statement, outside any transaction: debit when the balance suffices,
+    // and the event with it.
+    let sql = format!(
+        "WITH debit AS (UPDATE accounts SET balance = balance - $2 WHERE id = $1 AND balance >= $2 RETURNING id),
+              {}
+         SELECT count(*) FROM debit",
+        PendingEvent::cte("event", 3, Some("debit")),
+    );
+    let writer = OutboxWriter::new("test");
+    let started = std::time::Instant::now();
+    let mut written = vec![];
+    for n in [7, 7] {
+        let event = NewEvent::new("account", "acc-1", "AccountDebited", serde_json::json!({ "n": n })).unwrap();
+        let event = writer.pending(event).unwrap();
+        let id = event.id();
+        let debited: i64 =
+            event.bind(sqlx::query_scalar(&sql).bind("acc-1").bind(n)).fetch_one(&env.pool).await.unwrap();
+        written.push((id, debited));
+    }
+    assert_eq!(written.iter().map(|(_, d)| *d).collect::<Vec<_>>(), [1, 0], "the second debit is refused");
+    assert_eq!(count(&env.pool, "SELECT count(*) FROM outbox").await, 1, "no event without its write");
+    let first = written[0].0.to_string();
+
+    let topic = topic_name(&env.kafka, "account");
+    let wanted = first.clone();
+    let msgs = read_topic(&env.kafka, &topic, WAIT, move |m| {
+        m.iter().any(|m| header(m, "ce_id") == Some(wanted.as_str()))
+    })
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(10), "woken by the statement's NOTIFY, not the 60 s poll");
+    let m = msgs.iter().find(|m| header(m, "ce_id") == Some(first.as_str())).unwrap();
+    assert_eq!(m.key(), Some(b"acc-1".as_slice()));
+    assert_eq!(header(m, "ce_type"), Some("AccountDebited"));
+    assert_eq!(header(m, "ce_source"), Some("/sagaworks/test"));
+    assert_eq!(payload_json(m), serde_json::json!({ "n": 7 }));
+    eventually_empty_backlog(&env).await;
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
