@@ -8,7 +8,7 @@
 
 use crate::error::{Error, Result};
 use chrono::{DateTime, Utc};
-use sagaworks_outbox::{NewEvent, OutboxWriter};
+use sagaworks_outbox::{NewEvent, OutboxWriter, PendingEvent};
 use serde::{Deserialize, Serialize};
 use sqlx::types::Json;
 use sqlx::{FromRow, PgConnection};
@@ -269,13 +269,13 @@ pub async fn release(
         ReservationStatus::Committed => return Err(Error::AlreadyCommitted(reservation_id)),
         ReservationStatus::Reserved => {}
     }
-    let back = "available = p.available + i.quantity, reserved = p.reserved - i.quantity";
-    settle(conn, &r, back, "RELEASED").await?;
-    r.status = ReservationStatus::Released;
-    let event = serde_json::json!({
+    let payload = serde_json::json!({
         "reservation_id": reservation_id, "order_id": r.order_id, "lines": r.lines, "reason": reason,
     });
-    outbox.write(conn, NewEvent::new("reservation", reservation_id, "StockReleased", event)?).await?;
+    let event = outbox.pending(NewEvent::new("reservation", reservation_id, "StockReleased", payload)?)?;
+    let back = "available = p.available + i.quantity, reserved = p.reserved - i.quantity";
+    settle(conn, &r, back, "RELEASED", event).await?;
+    r.status = ReservationStatus::Released;
     Ok(r)
 }
 
@@ -291,33 +291,38 @@ pub async fn commit(conn: &mut PgConnection, outbox: &OutboxWriter, reservation_
         ReservationStatus::Released => return Err(Error::AlreadyReleased(reservation_id)),
         ReservationStatus::Reserved => {}
     }
-    settle(conn, &r, "sold = p.sold + i.quantity, reserved = p.reserved - i.quantity", "COMMITTED").await?;
+    let payload = ReservationEvent { reservation_id, order_id: r.order_id, lines: &r.lines, total_cents: r.total_cents };
+    let event = outbox.pending(NewEvent::new("reservation", reservation_id, "StockCommitted", &payload)?)?;
+    settle(conn, &r, "sold = p.sold + i.quantity, reserved = p.reserved - i.quantity", "COMMITTED", event).await?;
     r.status = ReservationStatus::Committed;
-    let event = ReservationEvent { reservation_id, order_id: r.order_id, lines: &r.lines, total_cents: r.total_cents };
-    outbox.write(conn, NewEvent::new("reservation", reservation_id, "StockCommitted", &event)?).await?;
     Ok(r)
 }
 
 /// Moves every line's units between two counters (`assignment`, with the
-/// quantity as `i.quantity`) and sets the reservation's status, in one round
-/// trip; the products are locked in id order, like reserve does.
-async fn settle(conn: &mut PgConnection, r: &Reservation, assignment: &str, status: &str) -> Result<()> {
+/// quantity as `i.quantity`), sets the reservation's status and records
+/// `event`, in one round trip; the products are locked in id order, like
+/// reserve does.
+async fn settle(
+    conn: &mut PgConnection,
+    r: &Reservation,
+    assignment: &str,
+    status: &str,
+    event: PendingEvent,
+) -> Result<()> {
     let products: Vec<Uuid> = r.lines.iter().map(|l| l.product_id).collect();
     let quantities: Vec<i64> = r.lines.iter().map(|l| l.quantity).collect();
-    sqlx::query(&format!(
+    let sql = format!(
         "WITH locked AS MATERIALIZED (
              SELECT id FROM products WHERE id = ANY($2) ORDER BY id FOR UPDATE),
          moved AS (
              UPDATE products p SET {assignment}, updated_at = now()
              FROM locked, UNNEST($2::uuid[], $3::bigint[]) AS i (product_id, quantity)
-             WHERE p.id = locked.id AND p.id = i.product_id)
-         UPDATE reservations SET status = $4, updated_at = now() WHERE id = $1"
-    ))
-    .bind(r.id)
-    .bind(products)
-    .bind(quantities)
-    .bind(status)
-    .execute(conn)
-    .await?;
+             WHERE p.id = locked.id AND p.id = i.product_id),
+         {}
+         UPDATE reservations SET status = $4, updated_at = now() WHERE id = $1",
+        PendingEvent::cte("event", 5, None),
+    );
+    let query = sqlx::query(&sql).bind(r.id).bind(products).bind(quantities).bind(status);
+    event.bind(query).execute(conn).await?;
     Ok(())
 }

@@ -125,9 +125,10 @@ impl OrderService for Orders {
         };
         let new = NewOrder { customer_id, request_hash: request_hash(customer_id, &items), items, idempotency_key };
         let settings = self.orchestrator.settings();
-        let mut tx = self.pool.begin().await.map_err(Error::from)?;
-        let created = orders::create(&mut tx, &self.outbox, &new, self.orchestrator.owner(), settings.lease_ms).await?;
-        tx.commit().await.map_err(Error::from)?;
+        // One statement, atomic on its own: no transaction needed.
+        let mut conn = self.pool.acquire().await.map_err(Error::from)?;
+        let created = orders::create(&mut conn, &self.outbox, &new, self.orchestrator.owner(), settings.lease_ms).await?;
+        drop(conn);
         let (order_id, replayed) = match created {
             Created::New { order_id, saga_id, created_at } => {
                 let wait = Duration::from_millis(u64::from(r.wait_millis).min(settings.max_wait_ms));

@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::saga::Step;
 use chrono::{DateTime, Utc};
-use sagaworks_outbox::{NewEvent, OutboxWriter};
+use sagaworks_outbox::{NewEvent, OutboxWriter, PendingEvent};
 use serde::{Deserialize, Serialize};
 use sqlx::types::Json;
 use sqlx::{FromRow, PgConnection};
@@ -79,8 +79,9 @@ pub enum Created {
 
 const ORDER_COLUMNS: &str = "id, customer_id, status, total_cents, failure_reason, trace_id, created_at, updated_at";
 
-/// Inserts the PENDING order, its items and its RUNNING saga (leased to
-/// `owner`), and records `OrderCreated`, all in the caller's transaction.
+/// Inserts the PENDING order, its items, its RUNNING saga (leased to
+/// `owner`) and its `OrderCreated` event, in one statement: outside a
+/// transaction it commits all of them or nothing.
 #[tracing::instrument(name = "db.create", skip_all, fields(
     otel.name = "create orders", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
     db.operation.name = "create", db.collection.name = "orders"))]
@@ -96,33 +97,42 @@ pub async fn create(
     let trace_id = sagaworks_telemetry::propagation::current_trace_id();
     let products: Vec<Uuid> = new.items.keys().copied().collect();
     let quantities: Vec<i64> = new.items.values().copied().collect();
-    // One round trip: the order, its items and its saga, or nothing when the
-    // key was used before.
-    let created: Option<DateTime<Utc>> = sqlx::query_scalar(
+    let items: Vec<_> = new.items.iter().map(|(p, q)| serde_json::json!({"product_id": p, "quantity": q})).collect();
+    let payload = serde_json::json!({
+        "order_id": order_id, "customer_id": new.customer_id, "items": items, "saga_id": saga_id,
+    });
+    let event = outbox.pending(NewEvent::new("order", order_id, "OrderCreated", payload)?)?;
+    // One round trip: the order, its items, its saga and its event, or
+    // nothing when the key was used before.
+    let sql = format!(
         "WITH o AS (
              INSERT INTO orders (id, customer_id, status, idempotency_key, request_hash, trace_id)
              VALUES ($1, $2, 'PENDING', $3, $4, $5) ON CONFLICT (customer_id, idempotency_key) DO NOTHING
              RETURNING id),
          items AS (
              INSERT INTO order_items (order_id, product_id, quantity)
-             SELECT o.id, i.product_id, i.quantity FROM o, UNNEST($6::uuid[], $7::bigint[]) AS i (product_id, quantity))
-         INSERT INTO sagas (id, order_id, status, current_step, lease_owner, lease_expires_at)
-         SELECT $8, o.id, 'RUNNING', $9, $10, now() + make_interval(secs => $11) FROM o
-         RETURNING created_at",
-    )
-    .bind(order_id)
-    .bind(new.customer_id)
-    .bind(&new.idempotency_key)
-    .bind(&new.request_hash)
-    .bind(&trace_id)
-    .bind(&products)
-    .bind(&quantities)
-    .bind(saga_id)
-    .bind(Step::ReserveStock.as_str())
-    .bind(owner)
-    .bind(lease_ms as f64 / 1000.0)
-    .fetch_optional(&mut *conn)
-    .await?;
+             SELECT o.id, i.product_id, i.quantity FROM o, UNNEST($6::uuid[], $7::bigint[]) AS i (product_id, quantity)),
+         saga AS (
+             INSERT INTO sagas (id, order_id, status, current_step, lease_owner, lease_expires_at)
+             SELECT $8, o.id, 'RUNNING', $9, $10, now() + make_interval(secs => $11) FROM o
+             RETURNING created_at),
+         {}
+         SELECT created_at FROM saga",
+        PendingEvent::cte("event", 12, Some("o")),
+    );
+    let query = sqlx::query_scalar(&sql)
+        .bind(order_id)
+        .bind(new.customer_id)
+        .bind(&new.idempotency_key)
+        .bind(&new.request_hash)
+        .bind(&trace_id)
+        .bind(&products)
+        .bind(&quantities)
+        .bind(saga_id)
+        .bind(Step::ReserveStock.as_str())
+        .bind(owner)
+        .bind(lease_ms as f64 / 1000.0);
+    let created: Option<DateTime<Utc>> = event.bind(query).fetch_optional(&mut *conn).await?;
     let Some(created_at) = created else {
         let (id, hash) = sqlx::query_as::<_, (Uuid, Vec<u8>)>(
             "SELECT id, request_hash FROM orders WHERE customer_id = $1 AND idempotency_key = $2",
@@ -133,11 +143,6 @@ pub async fn create(
         .await?;
         return if hash == new.request_hash { Ok(Created::Replayed { order_id: id }) } else { Err(Error::KeyReused) };
     };
-    let items: Vec<_> = new.items.iter().map(|(p, q)| serde_json::json!({"product_id": p, "quantity": q})).collect();
-    let event = serde_json::json!({
-        "order_id": order_id, "customer_id": new.customer_id, "items": items, "saga_id": saga_id,
-    });
-    outbox.write(conn, NewEvent::new("order", order_id, "OrderCreated", event)?).await?;
     Ok(Created::New { order_id, saga_id, created_at })
 }
 

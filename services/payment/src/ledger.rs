@@ -6,7 +6,7 @@
 
 use crate::error::{Error, Result};
 use chrono::{DateTime, Utc};
-use sagaworks_outbox::{NewEvent, OutboxWriter};
+use sagaworks_outbox::{NewEvent, OutboxWriter, PendingEvent};
 use sqlx::{FromRow, PgConnection};
 use uuid::Uuid;
 
@@ -137,22 +137,27 @@ pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -
             PaymentStatus::Charged => Ok(existing),
         };
     }
-    // One round trip: take the money and record the payment, or neither.
-    let charged = sqlx::query(
+    let payment = Payment {
+        id: c.payment_id,
+        customer_id: c.customer_id,
+        order_id: c.order_id,
+        amount_cents: c.amount_cents,
+        status: PaymentStatus::Charged,
+    };
+    let event = outbox.pending(NewEvent::new("payment", payment.id, "PaymentCharged", payment_event(&payment))?)?;
+    // One round trip: take the money, record the payment and its event, or none of them.
+    let sql = format!(
         "WITH debit AS (
              UPDATE accounts SET balance_cents = balance_cents - $2, updated_at = now()
              WHERE customer_id = $1 AND balance_cents >= $2
-             RETURNING customer_id)
+             RETURNING customer_id),
+         {}
          INSERT INTO payments (id, customer_id, order_id, amount_cents, status)
          SELECT $3, customer_id, $4, $2, 'CHARGED' FROM debit",
-    )
-    .bind(c.customer_id)
-    .bind(c.amount_cents)
-    .bind(c.payment_id)
-    .bind(c.order_id)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+        PendingEvent::cte("event", 5, Some("debit")),
+    );
+    let query = sqlx::query(&sql).bind(c.customer_id).bind(c.amount_cents).bind(c.payment_id).bind(c.order_id);
+    let charged = event.bind(query).execute(&mut *conn).await?.rows_affected();
     if charged == 0 {
         let account = get_account(conn, c.customer_id).await?;
         return Err(Error::InsufficientFunds {
@@ -161,14 +166,6 @@ pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -
             amount_cents: c.amount_cents,
         });
     }
-    let payment = Payment {
-        id: c.payment_id,
-        customer_id: c.customer_id,
-        order_id: c.order_id,
-        amount_cents: c.amount_cents,
-        status: PaymentStatus::Charged,
-    };
-    outbox.write(conn, NewEvent::new("payment", payment.id, "PaymentCharged", payment_event(&payment))?).await?;
     Ok(payment)
 }
 

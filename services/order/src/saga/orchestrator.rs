@@ -5,7 +5,7 @@
 //! the step and commits, in one statement guarded by the lease, the step's
 //! result, the saga's next state, the start of the next step's attempt and
 //! the order's change (with its outbox event, when there is one, in the same
-//! transaction), so a replica that lost its lease can never overwrite the one
+//! statement), so a replica that lost its lease can never overwrite the one
 //! that took over. The driver keeps the state it committed, so a saga costs
 //! one database round trip per step plus the participants' calls. Whatever
 //! point a crash hits, the persisted state names a step whose (idempotent)
@@ -16,7 +16,7 @@ use crate::config::SagaSettings;
 use crate::orders;
 use chrono::{DateTime, Utc};
 use rand::Rng;
-use sagaworks_outbox::{NewEvent, OutboxWriter};
+use sagaworks_outbox::{NewEvent, OutboxWriter, PendingEvent};
 use sagaworks_proto::inventory::v1 as inv;
 use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use sagaworks_proto::payment::v1 as pay;
@@ -413,8 +413,8 @@ impl Orchestrator {
     }
 
     /// Commits the step's result and the saga's next state — one statement,
-    /// guarded by the lease; with the outbox event in the same transaction
-    /// when the saga ends — and updates `state` to match. Returns the commit
+    /// guarded by the lease, with the outbox event when the saga ends — and
+    /// updates `state` to match. Returns the commit
     /// time.
     async fn apply(
         &self,
@@ -432,8 +432,8 @@ impl Orchestrator {
             Transition::Compensated => Some(("OrderCancelled", serde_json::json!({ "reason": commit.order_reason }))),
             _ => None,
         };
-        let written = match event {
-            None => commit.execute(&mut *self.inner.pool.acquire().await?, id, &self.inner.owner, self.lease_secs()).await?,
+        let event = match event {
+            None => None,
             Some((event_type, extra)) => {
                 let mut payload = serde_json::json!({
                     "order_id": state.order_id, "customer_id": state.customer_id, "saga_id": id,
@@ -442,16 +442,12 @@ impl Orchestrator {
                 if let (Some(p), serde_json::Value::Object(extra)) = (payload.as_object_mut(), extra) {
                     p.extend(extra);
                 }
-                let mut tx = self.inner.pool.begin().await?;
-                let written = commit.execute(&mut tx, id, &self.inner.owner, self.lease_secs()).await?;
-                if written.is_some() {
-                    let event = NewEvent::new("order", state.order_id, event_type, payload)?;
-                    self.inner.outbox.write(&mut tx, event).await?;
-                    tx.commit().await?;
-                }
-                written
+                Some(self.inner.outbox.pending(NewEvent::new("order", state.order_id, event_type, payload)?)?)
             }
         };
+        // One statement, with the event when there is one: atomic without a transaction.
+        let mut conn = self.inner.pool.acquire().await?;
+        let written = commit.execute(&mut conn, id, &self.inner.owner, self.lease_secs(), event).await?;
         let (at, attempts, started_at) = written.ok_or(DriveError::LeaseLost(id))?;
         if let Transition::Retry = next {
             tracing::warn!(step = step.as_str(), delay_s = commit.retry_delay_secs, error = ?commit.step_error,
@@ -568,10 +564,15 @@ impl<'a> Commit<'a> {
         id: Uuid,
         owner: &str,
         lease_secs: f64,
+        event: Option<PendingEvent>,
     ) -> Result<Option<(DateTime<Utc>, Option<i32>, Option<DateTime<Utc>>)>, sqlx::Error> {
         // Every part selects from `s`, the lease-guarded saga update: when
-        // the lease is gone, none of them writes anything.
-        sqlx::query_as(
+        // the lease is gone, none of them writes anything (the event neither).
+        let event_cte = match &event {
+            Some(_) => format!(",\n{}", PendingEvent::cte("event", 19, Some("s"))),
+            None => String::new(),
+        };
+        let sql = format!(
             "WITH s AS (
                  UPDATE sagas SET
                      status = COALESCE($3, status),
@@ -605,29 +606,32 @@ impl<'a> Commit<'a> {
                      status = COALESCE($17, status),
                      failure_reason = CASE WHEN $17::text IS NULL THEN failure_reason ELSE $18 END,
                      updated_at = now()
-                 FROM s WHERE orders.id = $13 AND ($16::bigint IS NOT NULL OR $17::text IS NOT NULL))
+                 FROM s WHERE orders.id = $13 AND ($16::bigint IS NOT NULL OR $17::text IS NOT NULL)){event_cte}
              SELECT now(), (SELECT attempts FROM next), (SELECT started_at FROM next) FROM s",
-        )
-        .bind(id)
-        .bind(owner)
-        .bind(self.saga_status)
-        .bind(self.next_step)
-        .bind(self.saga_reason)
-        .bind(self.release)
-        .bind(lease_secs)
-        .bind(self.retry_delay_secs)
-        .bind(self.finished)
-        .bind(self.step)
-        .bind(self.step_status)
-        .bind(self.step_error)
-        .bind(self.order_id)
-        .bind(&self.price_products)
-        .bind(&self.price_cents)
-        .bind(self.total_cents)
-        .bind(self.order_status)
-        .bind(self.order_reason.as_deref())
-        .fetch_optional(conn)
-        .await
+        );
+        let query = sqlx::query_as(&sql)
+            .bind(id)
+            .bind(owner)
+            .bind(self.saga_status)
+            .bind(self.next_step)
+            .bind(self.saga_reason)
+            .bind(self.release)
+            .bind(lease_secs)
+            .bind(self.retry_delay_secs)
+            .bind(self.finished)
+            .bind(self.step)
+            .bind(self.step_status)
+            .bind(self.step_error)
+            .bind(self.order_id)
+            .bind(&self.price_products)
+            .bind(&self.price_cents)
+            .bind(self.total_cents)
+            .bind(self.order_status)
+            .bind(self.order_reason.as_deref());
+        match event {
+            Some(event) => event.bind(query).fetch_optional(conn).await,
+            None => query.fetch_optional(conn).await,
+        }
     }
 
     /// `state` after the commit.
