@@ -200,6 +200,66 @@ async fn participant_calls_are_idempotent_per_key() {
     assert_eq!(stack.stock(&product).await, (7, 3, 0), "the late reserve changed nothing");
 }
 
+/// Duplicates of one call that arrive together (a client retrying while the
+/// first is still running) take effect once, and every one of them answers
+/// with that one outcome.
+#[tokio::test]
+async fn concurrent_duplicates_take_effect_once() {
+    let stack = Stack::start().await;
+    let product = stack.product(100, 10).await;
+    let customer = stack.customer(1_000).await;
+    let inventory = InventoryServiceClient::connect(stack.inventory.grpc_url()).await.unwrap();
+    let payment = PaymentServiceClient::connect(stack.payment.grpc_url()).await.unwrap();
+    let saga = uuid::Uuid::new_v4().to_string();
+    let order = uuid::Uuid::new_v4().to_string();
+
+    let reserve = inv::ReserveStockRequest {
+        idempotency_key: format!("{saga}:reserve_stock"),
+        reservation_id: saga.clone(),
+        order_id: order.clone(),
+        items: vec![inv::ReserveItem { product_id: product.clone(), quantity: 3 }],
+    };
+    let reserved = futures::future::join_all((0..8).map(|_| {
+        let (mut client, request) = (inventory.clone(), reserve.clone());
+        async move { client.reserve_stock(request).await.map(|r| r.into_inner()) }
+    }))
+    .await;
+    let first = reserved[0].clone().unwrap();
+    assert!(reserved.iter().all(|r| r.as_ref().ok() == Some(&first)), "{reserved:?}");
+    assert_eq!(stack.stock(&product).await, (7, 3, 0), "reserved once");
+
+    let charge = pay::ChargeRequest {
+        idempotency_key: format!("{saga}:charge_payment"),
+        payment_id: saga.clone(),
+        customer_id: customer.clone(),
+        order_id: order.clone(),
+        amount_cents: 300,
+    };
+    let charged = futures::future::join_all((0..8).map(|_| {
+        let (mut client, request) = (payment.clone(), charge.clone());
+        async move { client.charge(request).await.map(|r| r.into_inner()) }
+    }))
+    .await;
+    let first = charged[0].clone().unwrap();
+    assert!(charged.iter().all(|r| r.as_ref().ok() == Some(&first)), "{charged:?}");
+    assert_eq!(stack.balance(&customer).await, 700, "charged once");
+
+    // Duplicates of a rejected call all see the rejection, and nothing moved.
+    let too_much = pay::ChargeRequest {
+        idempotency_key: "too-much".into(),
+        payment_id: uuid::Uuid::new_v4().to_string(),
+        amount_cents: 5_000,
+        ..charge.clone()
+    };
+    let refused = futures::future::join_all((0..8).map(|_| {
+        let (mut client, request) = (payment.clone(), too_much.clone());
+        async move { client.charge(request).await.map(|r| r.into_inner()) }
+    }))
+    .await;
+    assert!(refused.iter().all(|r| r.as_ref().is_err_and(|s| s.code() == Code::FailedPrecondition)), "{refused:?}");
+    assert_eq!(stack.balance(&customer).await, 700);
+}
+
 /// A reservation of several lines moves every line's units or none: a short
 /// or unknown product leaves every counter as it was, and a release gives
 /// every line back.

@@ -2,14 +2,16 @@
 //!
 //! Every mutating call between services carries a key (the saga uses
 //! `<saga_id>:<step>`). [`run_once`] makes the call's effect happen at most once
-//! per key: the first call does the work and stores its outcome (the encoded
-//! response) in `idempotency_keys` on the same transaction, or, when the work
-//! is a business rejection, rolls it back and then stores the rejection; a
-//! repeated call gets that first outcome back and changes nothing. A
-//! concurrent duplicate blocks on the key's row until the first one commits,
-//! then replays; if the first was rejected (rolled back), the duplicate does
-//! the work itself, and whichever outcome is stored first is the one both
-//! return. Reusing a key for a different request is an `INVALID_ARGUMENT`.
+//! per key, optimistically: it does the work on a transaction and then claims
+//! the key, storing the outcome (the encoded response) in `idempotency_keys`
+//! on the same transaction; when the work is a business rejection, it rolls
+//! the work back and then stores the rejection. If the key is taken already
+//! (an earlier call, or a concurrent duplicate, which the claim waits for),
+//! this call's work is rolled back and the first outcome is returned: a
+//! repeated call changes nothing. A first call, the common case, thus costs
+//! no extra round trip to look the key up; a repeat does its work once more
+//! before it is undone. Reusing a key for a different request is an
+//! `INVALID_ARGUMENT`.
 //!
 //! The table (in each participant's migrations):
 //!
@@ -48,31 +50,28 @@ where
     let hash = Sha256::digest(request.encode_to_vec()).to_vec();
     let inner = async {
         let mut tx = pool.begin().await?;
-        let inserted = sqlx::query(
-            "INSERT INTO idempotency_keys (key, request_hash) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
-        )
-        .bind(key)
-        .bind(&hash)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if inserted == 0 {
-            return stored(&mut tx, key, &hash).await;
-        }
         match work(&mut tx).await {
             Ok(res) => {
-                sqlx::query("UPDATE idempotency_keys SET status_code = 0, response = $2 WHERE key = $1")
-                    .bind(key)
-                    .bind(res.encode_to_vec())
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(Ok(res))
+                let claimed = sqlx::query(
+                    "INSERT INTO idempotency_keys (key, request_hash, status_code, response) VALUES ($1, $2, 0, $3)
+                     ON CONFLICT (key) DO NOTHING",
+                )
+                .bind(key)
+                .bind(&hash)
+                .bind(res.encode_to_vec())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if claimed == 1 {
+                    tx.commit().await?;
+                    return Ok(Ok(res));
+                }
+                // Used before: undo this call's work and answer what the first one did.
+                tx.rollback().await?;
+                stored(&mut *pool.acquire().await?, key, &hash).await
             }
             Err(e) if e.is_final() => {
-                // Undo the work, then record the rejection on its own. (A
-                // savepoint around the work would keep the key's row, but
-                // costs two round trips on every call, and rejections are rare.)
+                // Undo the work, then record the rejection on its own.
                 tx.rollback().await?;
                 let status: Status = e.into();
                 let recorded = sqlx::query(
@@ -87,7 +86,7 @@ where
                 .await?
                 .rows_affected();
                 if recorded == 0 {
-                    // A duplicate took the key in between: its outcome is the outcome.
+                    // Used before: its outcome is the outcome.
                     return stored(&mut *pool.acquire().await?, key, &hash).await;
                 }
                 Ok(Err(status))
