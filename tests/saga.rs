@@ -136,36 +136,58 @@ async fn same_idempotency_key_returns_the_same_order() {
     assert_eq!(problem["errors"][0]["field"], "idempotency_key", "{problem}");
 }
 
+/// One saga's forward calls, made straight to the participants: a product
+/// (10 units at 100 cents), a customer (1 000 cents), clients of inventory and
+/// payment, and the saga's reserve (3 units) and charge (300 cents).
+struct ForwardCalls {
+    stack: Stack,
+    product: String,
+    customer: String,
+    order: String,
+    inventory: InventoryServiceClient<tonic::transport::Channel>,
+    payment: PaymentServiceClient<tonic::transport::Channel>,
+    reserve: inv::ReserveStockRequest,
+    charge: pay::ChargeRequest,
+}
+
+impl ForwardCalls {
+    async fn start() -> Self {
+        let stack = Stack::start().await;
+        let product = stack.product(100, 10).await;
+        let customer = stack.customer(1_000).await;
+        let inventory = InventoryServiceClient::connect(stack.inventory.grpc_url()).await.unwrap();
+        let payment = PaymentServiceClient::connect(stack.payment.grpc_url()).await.unwrap();
+        let saga = uuid::Uuid::new_v4().to_string();
+        let order = uuid::Uuid::new_v4().to_string();
+        let reserve = inv::ReserveStockRequest {
+            idempotency_key: format!("{saga}:reserve_stock"),
+            reservation_id: saga.clone(),
+            order_id: order.clone(),
+            items: vec![inv::ReserveItem { product_id: product.clone(), quantity: 3 }],
+        };
+        let charge = pay::ChargeRequest {
+            idempotency_key: format!("{saga}:charge_payment"),
+            payment_id: saga,
+            customer_id: customer.clone(),
+            order_id: order.clone(),
+            amount_cents: 300,
+        };
+        Self { stack, product, customer, order, inventory, payment, reserve, charge }
+    }
+}
+
 /// A participant call retried after its response was lost: same key, so the
 /// first result comes back and nothing changes twice.
 #[tokio::test]
 async fn participant_calls_are_idempotent_per_key() {
-    let stack = Stack::start().await;
-    let product = stack.product(100, 10).await;
-    let customer = stack.customer(1_000).await;
-    let mut inventory = InventoryServiceClient::connect(stack.inventory.grpc_url()).await.unwrap();
-    let mut payment = PaymentServiceClient::connect(stack.payment.grpc_url()).await.unwrap();
-    let saga = uuid::Uuid::new_v4().to_string();
-    let order = uuid::Uuid::new_v4().to_string();
+    let ForwardCalls { stack, product, customer, order, mut inventory, mut payment, reserve, charge } =
+        ForwardCalls::start().await;
 
-    let reserve = inv::ReserveStockRequest {
-        idempotency_key: format!("{saga}:reserve_stock"),
-        reservation_id: saga.clone(),
-        order_id: order.clone(),
-        items: vec![inv::ReserveItem { product_id: product.clone(), quantity: 3 }],
-    };
     let a = inventory.reserve_stock(reserve.clone()).await.unwrap().into_inner();
     let b = inventory.reserve_stock(reserve.clone()).await.unwrap().into_inner();
     assert_eq!(a, b);
     assert_eq!(stack.stock(&product).await, (7, 3, 0), "reserved once");
 
-    let charge = pay::ChargeRequest {
-        idempotency_key: format!("{saga}:charge_payment"),
-        payment_id: saga.clone(),
-        customer_id: customer.clone(),
-        order_id: order.clone(),
-        amount_cents: 300,
-    };
     let a = payment.charge(charge.clone()).await.unwrap().into_inner();
     let b = payment.charge(charge.clone()).await.unwrap().into_inner();
     assert_eq!(a, b);
@@ -200,45 +222,36 @@ async fn participant_calls_are_idempotent_per_key() {
     assert_eq!(stack.stock(&product).await, (7, 3, 0), "the late reserve changed nothing");
 }
 
+/// `call` made `n` times at once.
+async fn at_once<T, F, Fut>(n: usize, call: F) -> Vec<Result<T, tonic::Status>>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    futures::future::join_all((0..n).map(|_| call())).await.into_iter().map(|r| r.map(|r| r.into_inner())).collect()
+}
+
 /// Duplicates of one call that arrive together (a client retrying while the
 /// first is still running) take effect once, and every one of them answers
 /// with that one outcome.
 #[tokio::test]
 async fn concurrent_duplicates_take_effect_once() {
-    let stack = Stack::start().await;
-    let product = stack.product(100, 10).await;
-    let customer = stack.customer(1_000).await;
-    let inventory = InventoryServiceClient::connect(stack.inventory.grpc_url()).await.unwrap();
-    let payment = PaymentServiceClient::connect(stack.payment.grpc_url()).await.unwrap();
-    let saga = uuid::Uuid::new_v4().to_string();
-    let order = uuid::Uuid::new_v4().to_string();
+    let ForwardCalls { stack, product, customer, inventory, payment, reserve, charge, .. } =
+        ForwardCalls::start().await;
 
-    let reserve = inv::ReserveStockRequest {
-        idempotency_key: format!("{saga}:reserve_stock"),
-        reservation_id: saga.clone(),
-        order_id: order.clone(),
-        items: vec![inv::ReserveItem { product_id: product.clone(), quantity: 3 }],
-    };
-    let reserved = futures::future::join_all((0..8).map(|_| {
+    let reserved = at_once(8, || {
         let (mut client, request) = (inventory.clone(), reserve.clone());
-        async move { client.reserve_stock(request).await.map(|r| r.into_inner()) }
-    }))
+        async move { client.reserve_stock(request).await }
+    })
     .await;
     let first = reserved[0].clone().unwrap();
     assert!(reserved.iter().all(|r| r.as_ref().ok() == Some(&first)), "{reserved:?}");
     assert_eq!(stack.stock(&product).await, (7, 3, 0), "reserved once");
 
-    let charge = pay::ChargeRequest {
-        idempotency_key: format!("{saga}:charge_payment"),
-        payment_id: saga.clone(),
-        customer_id: customer.clone(),
-        order_id: order.clone(),
-        amount_cents: 300,
-    };
-    let charged = futures::future::join_all((0..8).map(|_| {
+    let charged = at_once(8, || {
         let (mut client, request) = (payment.clone(), charge.clone());
-        async move { client.charge(request).await.map(|r| r.into_inner()) }
-    }))
+        async move { client.charge(request).await }
+    })
     .await;
     let first = charged[0].clone().unwrap();
     assert!(charged.iter().all(|r| r.as_ref().ok() == Some(&first)), "{charged:?}");
@@ -251,12 +264,13 @@ async fn concurrent_duplicates_take_effect_once() {
         amount_cents: 5_000,
         ..charge.clone()
     };
-    let refused = futures::future::join_all((0..8).map(|_| {
+    let refused = at_once(8, || {
         let (mut client, request) = (payment.clone(), too_much.clone());
-        async move { client.charge(request).await.map(|r| r.into_inner()) }
-    }))
+        async move { client.charge(request).await }
+    })
     .await;
-    assert!(refused.iter().all(|r| r.as_ref().is_err_and(|s| s.code() == Code::FailedPrecondition)), "{refused:?}");
+    let rejected = |r: &Result<_, tonic::Status>| r.as_ref().is_err_and(|s| s.code() == Code::FailedPrecondition);
+    assert!(refused.iter().all(rejected), "{refused:?}");
     assert_eq!(stack.balance(&customer).await, 700);
 }
 
