@@ -10,6 +10,22 @@
 //! one database round trip per step plus the participants' calls. Whatever
 //! point a crash hits, the persisted state names a step whose (idempotent)
 //! re-execution is safe.
+//!
+//! # Durability
+//!
+//! Only the commits the outside world relies on wait for their WAL flush:
+//! `CreateOrder`'s (the client is told the order exists) and the one that
+//! ends the saga (the client is told how it ended; the event goes out).
+//! The commits in between (a step's attempt, a step's result) are
+//! asynchronous (`synchronous_commit = off` for that transaction only).
+//! Losing one in a database crash leaves the saga where the previous durable
+//! commit left it, which is exactly the state a driver crash right after the
+//! participant's answer leaves (the `after_call` crash points): the saga is
+//! resumed there and the participants replay the calls it repeats (a lost
+//! attempt record also restarts that step's deadline). Any later
+//! synchronous commit flushes the earlier ones with it. This saves two or
+//! three of the order database's WAL flushes per saga, and their latency on
+//! the saga's path.
 
 use super::{Step, StepOutcome, Transition, transition};
 use crate::config::SagaSettings;
@@ -312,15 +328,17 @@ impl Orchestrator {
     }
 
     /// Records the attempt (so a step's start survives a crash, for its
-    /// deadline) and renews the lease, in one statement; returns the step's
-    /// attempts so far and when its first attempt started.
+    /// deadline) and renews the lease, in one statement (not waiting for its
+    /// WAL flush: see the module docs); returns the step's attempts so far and
+    /// when its first attempt started.
     async fn begin_step(&self, id: Uuid, step: Step) -> Result<(i32, DateTime<Utc>), DriveError> {
         sqlx::query_as(
             "WITH s AS (
                  UPDATE sagas SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
                  WHERE id = $1 AND lease_owner = $2
                  RETURNING id)
-             INSERT INTO saga_steps (saga_id, name, status, attempts) SELECT id, $4, 'RUNNING', 1 FROM s
+             INSERT INTO saga_steps (saga_id, name, status, attempts)
+             SELECT id, $4, 'RUNNING', 1 FROM s, (SELECT set_config('synchronous_commit', 'off', true)) relaxed
              ON CONFLICT (saga_id, name) DO UPDATE SET attempts = saga_steps.attempts + 1, status = 'RUNNING'
              RETURNING attempts, started_at",
         )
@@ -572,6 +590,9 @@ impl<'a> Commit<'a> {
             Some(_) => format!(",\n{}", PendingEvent::cte("event", 19, Some("s"))),
             None => String::new(),
         };
+        // Only the end of a saga ($9) waits for its WAL flush; see the module docs.
+        const RELAXED: &str = "(SELECT set_config('synchronous_commit',
+             CASE WHEN $9 THEN current_setting('synchronous_commit') ELSE 'off' END, true)) relaxed";
         let sql = format!(
             "WITH s AS (
                  UPDATE sagas SET
@@ -607,7 +628,7 @@ impl<'a> Commit<'a> {
                      failure_reason = CASE WHEN $17::text IS NULL THEN failure_reason ELSE $18 END,
                      updated_at = now()
                  FROM s WHERE orders.id = $13 AND ($16::bigint IS NOT NULL OR $17::text IS NOT NULL)){event_cte}
-             SELECT now(), (SELECT attempts FROM next), (SELECT started_at FROM next) FROM s",
+             SELECT now(), (SELECT attempts FROM next), (SELECT started_at FROM next) FROM s, {RELAXED}",
         );
         let query = sqlx::query_as(&sql)
             .bind(id)
