@@ -19,8 +19,9 @@
 //! 3. The message's offset is committed (`enable.auto.commit=false`).
 //!
 //! With `batch_size` above 1, the messages already waiting for a worker are
-//! handled like this in one transaction (an inbox row and the handler per
-//! message, one commit), and their offsets committed after it; if anything in
+//! handled like this in one transaction (one inbox statement, then
+//! [`Handler::handle_many`] with the new events, one commit), and their
+//! offsets committed after it; if anything in
 //! the batch fails, the batch is rolled back and its messages go through the
 //! steps above one at a time, with their own retries and dead-lettering.
 //!
@@ -496,7 +497,7 @@ impl<H: Handler> Consumer<H> {
 
     /// Inbox rows and handlers of `events` in one transaction: one statement
     /// records every wanted event in the inbox and says which are new; the
-    /// handler then runs for each new one, inside its span.
+    /// handler then gets the new ones ([`Handler::handle_many`]).
     async fn handle_batch(&self, events: &[ReceivedEvent], spans: &[tracing::Span]) -> Result<Vec<Outcome>, HandlerError> {
         let db = |e: sqlx::Error| HandlerError::Retryable(format!("database: {e}"));
         let wanted: Vec<&ReceivedEvent> = events.iter().filter(|e| self.handler.wants(e)).collect();
