@@ -35,6 +35,15 @@ async fn invalid_input_is_a_problem_naming_the_field() {
     let res = stack.http.post(stack.url("/v1/orders")).header("content-type", "application/json").body(vec![b' '; 200_000]).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
 
+    // A list limit outside what the document says (1 to 500) is refused, not clamped.
+    for limit in ["0", "501", "2147483648"] {
+        let (status, problem) = stack.get(&format!("/v1/orders?customer_id={customer}&limit={limit}")).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "limit={limit}: {problem}");
+        assert_eq!(problem["errors"][0]["field"], "limit", "{problem}");
+    }
+    let (status, _) = stack.get(&format!("/v1/orders?customer_id={customer}&limit=500")).await;
+    assert_eq!(status, StatusCode::OK);
+
     // Nothing was accepted along the way.
     assert_eq!(stack.stock(&product).await, (10, 0, 0));
 }

@@ -120,8 +120,12 @@ pub struct ListOrdersQuery {
     #[param(value_type = uuid::Uuid)]
     pub customer_id: String,
     /// At most this many orders, newest first (default 50, at most 500).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
 }
+
+/// The largest `limit` of `GET /v1/orders`.
+const MAX_LIST_LIMIT: u32 = 500;
 
 /// A customer's orders, newest first (only the caller's own, unless admin).
 #[utoipa::path(
@@ -137,6 +141,9 @@ pub async fn list_orders(
     query: Result<Query<ListOrdersQuery>, QueryRejection>,
 ) -> Result<Json<OrderList>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::invalid("query", e.body_text()))?;
+    if q.limit.is_some_and(|limit| !(1..=MAX_LIST_LIMIT).contains(&limit)) {
+        return Err(ApiError::invalid("limit", format!("must be between 1 and {MAX_LIST_LIMIT}")));
+    }
     caller.may_act_for(&q.customer_id)?;
     let request = pb::ListOrdersRequest { customer_id: q.customer_id, limit: q.limit.unwrap_or(0) };
     let res = state.order.clone().list_orders(request).await.map_err(ApiError::downstream("order"))?;
