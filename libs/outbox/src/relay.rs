@@ -64,6 +64,7 @@
 use crate::backoff::Backoff;
 use crate::kafka::{self, TopicSettings, headers};
 use crate::metrics as m;
+use sagaworks_runtime::db::NO_FLUSH_WAIT;
 use crate::{NOTIFY_CHANNEL, OutboxError};
 use chrono::{DateTime, SecondsFormat, Utc};
 use opentelemetry::trace::Status;
@@ -316,14 +317,8 @@ impl Relay {
         }
         // Not waiting for the WAL flush: a mark lost in a database crash only
         // publishes its rows again, which delivery allows (at least once).
-        sqlx::query(
-            "UPDATE outbox SET published_at = now()
-             FROM (SELECT set_config('synchronous_commit', 'off', true)) relaxed
-             WHERE seq = ANY($1)",
-        )
-            .bind(&done)
-            .execute(&mut *tx)
-            .await?;
+        let mark = format!("UPDATE outbox SET published_at = now() FROM {NO_FLUSH_WAIT} WHERE seq = ANY($1)");
+        sqlx::query(&mark).bind(&done).execute(&mut *tx).await?;
         tx.commit().await?;
 
         let failed = rows.len() - done.len();

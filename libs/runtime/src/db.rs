@@ -38,6 +38,14 @@ pub async fn migrate(pool: &PgPool, migrators: &mut [Migrator]) -> Result<(), Db
     Ok(())
 }
 
+/// A FROM item (`..., {NO_FLUSH_WAIT}`) that lets the statement's transaction
+/// commit without waiting for its WAL flush: `synchronous_commit = off` for
+/// that transaction only, set inside the statement (PostgreSQL reads the
+/// setting at commit), so it costs no round trip. Use it only for a commit
+/// whose loss in a database crash is harmless; any later synchronous commit
+/// on the server flushes it too.
+pub const NO_FLUSH_WAIT: &str = "(SELECT set_config('synchronous_commit', 'off', true)) no_flush_wait";
+
 /// Takes a transaction-scoped advisory lock on `key`: every transaction that
 /// locks the same key runs after this one commits or rolls back. Serialises
 /// the operations on one entity that may not exist yet (no row to lock).

@@ -38,6 +38,7 @@ use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceCl
 use sagaworks_proto::payment::v1 as pay;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use sagaworks_resilience::{Rejection, ResilientChannel};
+use sagaworks_runtime::db::NO_FLUSH_WAIT;
 use sagaworks_telemetry::grpc::{ClientTrace, ClientTraceLayer};
 use tower::Layer;
 use tracing::Instrument;
@@ -332,16 +333,17 @@ impl Orchestrator {
     /// WAL flush: see the module docs); returns the step's attempts so far and
     /// when its first attempt started.
     async fn begin_step(&self, id: Uuid, step: Step) -> Result<(i32, DateTime<Utc>), DriveError> {
-        sqlx::query_as(
+        let sql = format!(
             "WITH s AS (
                  UPDATE sagas SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
                  WHERE id = $1 AND lease_owner = $2
                  RETURNING id)
              INSERT INTO saga_steps (saga_id, name, status, attempts)
-             SELECT id, $4, 'RUNNING', 1 FROM s, (SELECT set_config('synchronous_commit', 'off', true)) relaxed
+             SELECT id, $4, 'RUNNING', 1 FROM s, {NO_FLUSH_WAIT}
              ON CONFLICT (saga_id, name) DO UPDATE SET attempts = saga_steps.attempts + 1, status = 'RUNNING'
-             RETURNING attempts, started_at",
-        )
+             RETURNING attempts, started_at"
+        );
+        sqlx::query_as(&sql)
         .bind(id)
         .bind(&self.inner.owner)
         .bind(self.lease_secs())
@@ -590,9 +592,8 @@ impl<'a> Commit<'a> {
             Some(_) => format!(",\n{}", PendingEvent::cte("event", 19, Some("s"))),
             None => String::new(),
         };
-        // Only the end of a saga ($9) waits for its WAL flush; see the module docs.
-        const RELAXED: &str = "(SELECT set_config('synchronous_commit',
-             CASE WHEN $9 THEN current_setting('synchronous_commit') ELSE 'off' END, true)) relaxed";
+        // Only the end of a saga waits for its WAL flush; see the module docs.
+        let no_flush_wait = if self.finished { String::new() } else { format!(", {NO_FLUSH_WAIT}") };
         let sql = format!(
             "WITH s AS (
                  UPDATE sagas SET
@@ -628,7 +629,7 @@ impl<'a> Commit<'a> {
                      failure_reason = CASE WHEN $17::text IS NULL THEN failure_reason ELSE $18 END,
                      updated_at = now()
                  FROM s WHERE orders.id = $13 AND ($16::bigint IS NOT NULL OR $17::text IS NOT NULL)){event_cte}
-             SELECT now(), (SELECT attempts FROM next), (SELECT started_at FROM next) FROM s, {RELAXED}",
+             SELECT now(), (SELECT attempts FROM next), (SELECT started_at FROM next) FROM s{no_flush_wait}",
         );
         let query = sqlx::query_as(&sql)
             .bind(id)
