@@ -299,8 +299,8 @@ pub struct Consumer<H> {
     kafka: KafkaSettings,
     settings: ConsumerSettings,
     handler: H,
-    consumer: Arc<StreamConsumer>,
-    dlq: FutureProducer,
+    consumer: Arc<kafka::OffRuntimeDrop<StreamConsumer>>,
+    dlq: kafka::OffRuntimeDrop<FutureProducer>,
 }
 
 impl<H: Handler> Consumer<H> {
@@ -332,7 +332,14 @@ impl<H: Handler> Consumer<H> {
         let consumer: StreamConsumer = config.create()?;
         let dlq: FutureProducer =
             kafka::client_config(kafka, &[("acks", "all"), ("enable.idempotence", "true")]).create()?;
-        Ok(Self { pool, kafka: kafka.clone(), settings, handler, consumer: Arc::new(consumer), dlq })
+        Ok(Self {
+            pool,
+            kafka: kafka.clone(),
+            settings,
+            handler,
+            consumer: Arc::new(kafka::OffRuntimeDrop::new(consumer, "consumer")),
+            dlq: kafka::OffRuntimeDrop::new(dlq, "dlq-producer"),
+        })
     }
 
     fn topics(&self) -> Vec<String> {

@@ -14,14 +14,14 @@ const TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Passes when a broker answers a metadata request within a second.
 pub struct BrokerCheck {
-    client: Arc<BaseConsumer>,
+    client: Arc<kafka::OffRuntimeDrop<BaseConsumer>>,
 }
 
 impl BrokerCheck {
     /// Builds the client; connects lazily.
     pub fn new(kafka: &KafkaSettings) -> Result<Self, OutboxError> {
         let client: BaseConsumer = kafka::client_config(kafka, &[]).create()?;
-        Ok(Self { client: Arc::new(client) })
+        Ok(Self { client: Arc::new(kafka::OffRuntimeDrop::new(client, "health")) })
     }
 }
 

@@ -9,7 +9,8 @@
 //!   properties from [`KafkaSettings::properties`] (security settings etc.).
 //! * [`ensure_topics`] — creates missing topics, because a real cluster usually
 //!   runs with `auto.create.topics.enable=false`.
-//! * [`close`] — drops a client on a thread of its own, never on the runtime.
+//! * [`close`] — drops a client on a thread of its own, never on the runtime;
+//!   [`OffRuntimeDrop`] does the same for a client dropped without `close`.
 
 use crate::OutboxError;
 use rdkafka::ClientConfig;
@@ -94,6 +95,7 @@ pub async fn ensure_topics(
         return Ok(());
     }
     let admin: AdminClient<DefaultClientContext> = client_config(kafka, &[]).create()?;
+    let admin = OffRuntimeDrop::new(admin, "admin");
     let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|t| NewTopic::new(t, settings.partitions, TopicReplication::Fixed(settings.replication_factor)))
@@ -102,7 +104,7 @@ pub async fn ensure_topics(
         .operation_timeout(Some(Duration::from_secs(5)))
         .request_timeout(Some(Duration::from_secs(5)));
     let created = admin.create_topics(&new, &opts).await;
-    close(admin, "admin", Duration::ZERO).await;
+    drop(admin);
     for result in created? {
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
@@ -116,13 +118,26 @@ pub async fn ensure_topics(
 /// own and waits for that at most `wait`.
 ///
 /// Dropping an rdkafka client runs `rd_kafka_destroy`, which blocks until the
-/// client's internal threads have stopped: up to the producer's flush, and
-/// after a broker restart sometimes for ever (librdkafka issues #4131, #4674).
-/// On a runtime worker thread that stalls every task scheduled there — with
-/// two workers, two such drops silence the whole process (seen in
-/// `scripts/chaos` after a broker kill). On its own thread a hung destroy
-/// costs one parked thread and shows in [`KAFKA_CLIENTS_CLOSING`].
+/// client's internal threads have stopped: up to the producer's flush, a
+/// consumer's leaving its group (about 3 s against Tansu), and after a broker
+/// restart sometimes for ever (librdkafka issues #4131, #4674). On a runtime
+/// worker thread that stalls every task scheduled there — with two workers,
+/// two such drops silence the whole process (seen in `scripts/chaos` after a
+/// broker kill). On its own thread a hung destroy costs one parked thread and
+/// shows in [`KAFKA_CLIENTS_CLOSING`].
 pub async fn close<T: Send + 'static>(client: T, what: &'static str, wait: Duration) {
+    let Some(closed) = close_on_own_thread(client, what) else { return };
+    if !wait.is_zero() && tokio::time::timeout(wait, closed).await.is_err() {
+        tracing::warn!(client = what, ?wait, "a kafka client is still closing; not waiting for it");
+    }
+}
+
+/// Starts dropping `client` on a new thread; the receiver fires when it is
+/// gone. `None`: no thread could be started, and `client` was dropped here.
+fn close_on_own_thread<T: Send + 'static>(
+    client: T,
+    what: &'static str,
+) -> Option<tokio::sync::oneshot::Receiver<()>> {
     let (done, closed) = tokio::sync::oneshot::channel::<()>();
     metrics::gauge!(KAFKA_CLIENTS_CLOSING).increment(1.0);
     let spawned = std::thread::Builder::new().name(format!("kafka-close-{what}")).spawn(move || {
@@ -136,16 +151,49 @@ pub async fn close<T: Send + 'static>(client: T, what: &'static str, wait: Durat
         let _ = done.send(());
     });
     match spawned {
-        Ok(_) if !wait.is_zero() => {
-            if tokio::time::timeout(wait, closed).await.is_err() {
-                tracing::warn!(client = what, ?wait, "a kafka client is still closing; not waiting for it");
-            }
-        }
-        Ok(_) => {}
+        Ok(_) => Some(closed),
         // No thread: the closure, and the client with it, was dropped here.
         Err(e) => {
             metrics::gauge!(KAFKA_CLIENTS_CLOSING).decrement(1.0);
             tracing::error!(error = %e, client = what, "cannot start a thread to close a kafka client");
+            None
+        }
+    }
+}
+
+/// An rdkafka client that is never destroyed on a runtime thread.
+///
+/// [`close`] covers an orderly stop. This covers every other way a client
+/// goes: the task that owns it is aborted, a `select!` or `try_join!` drops
+/// the future holding it, or a service is killed inside a test process.
+/// Dropped where a Tokio runtime is current, the client is handed to
+/// [`close`]'s thread without waiting; elsewhere (on that thread, say) it is
+/// dropped in place.
+pub struct OffRuntimeDrop<T: Send + 'static> {
+    client: Option<T>,
+    what: &'static str,
+}
+
+impl<T: Send + 'static> OffRuntimeDrop<T> {
+    /// Wraps `client`; `what` names its closing thread (`kafka-close-{what}`).
+    pub fn new(client: T, what: &'static str) -> Self {
+        Self { client: Some(client), what }
+    }
+}
+
+impl<T: Send + 'static> std::ops::Deref for OffRuntimeDrop<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        self.client.as_ref().expect("the client is only taken in drop")
+    }
+}
+
+impl<T: Send + 'static> Drop for OffRuntimeDrop<T> {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else { return };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let _ = close_on_own_thread(client, self.what);
         }
     }
 }
@@ -175,20 +223,67 @@ mod tests {
         let started = Instant::now();
         close(Hangs(hung), "test", Duration::from_millis(100)).await;
         tokio::time::sleep(Duration::from_millis(10)).await;
-        assert!(started.elapsed() < Duration::from_secs(2), "close blocked the runtime for {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "close blocked the runtime for {:?}",
+            started.elapsed()
+        );
         releaser.join().unwrap();
+    }
+
+    /// What an aborted task does to the client it owns: drops it in place,
+    /// on the runtime. Wrapped, the drop does not stall the runtime.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_wrapped_client_dropped_on_the_runtime_does_not_stall_it() {
+        let (release, hung) = mpsc::channel();
+        let owner = tokio::spawn(async move {
+            let _client = OffRuntimeDrop::new(Hangs(hung), "test");
+            std::future::pending::<()>().await;
+        });
+        tokio::task::yield_now().await;
+        let started = Instant::now();
+        owner.abort();
+        let _ = owner.await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the drop blocked the runtime for {:?}",
+            started.elapsed()
+        );
+        let _ = release.send(());
+    }
+
+    #[test]
+    fn a_wrapped_client_dropped_off_any_runtime_is_dropped_in_place() {
+        let (tx, rx) = mpsc::channel();
+        let me = std::thread::current().name().unwrap_or_default().to_string();
+        drop(OffRuntimeDrop::new(Reports(tx), "probe"));
+        assert_eq!(rx.try_recv(), Ok(me), "dropped elsewhere, or not yet");
+    }
+
+    #[tokio::test]
+    async fn a_wrapped_client_dropped_on_the_runtime_goes_to_a_closing_thread() {
+        let (tx, rx) = mpsc::channel();
+        drop(OffRuntimeDrop::new(Reports(tx), "probe"));
+        let name = rx.recv_timeout(Duration::from_secs(5)).expect("dropped");
+        assert_eq!(name, "kafka-close-probe");
+    }
+
+    struct Reports(mpsc::Sender<String>);
+    impl Drop for Reports {
+        fn drop(&mut self) {
+            let _ = self.0.send(std::thread::current().name().unwrap_or_default().to_string());
+        }
     }
 
     #[tokio::test]
     async fn close_drops_on_a_thread_of_its_own_and_waits_when_asked() {
-        struct Reports(mpsc::Sender<String>);
-        impl Drop for Reports {
-            fn drop(&mut self) {
-                let _ = self.0.send(std::thread::current().name().unwrap_or_default().to_string());
-            }
-        }
         let (tx, rx) = mpsc::channel();
         close(Reports(tx), "probe", Duration::from_secs(5)).await;
-        assert_eq!(rx.try_recv().as_deref(), Ok("kafka-close-probe"), "dropped, before close returned, elsewhere");
+        assert_eq!(
+            rx.try_recv().as_deref(),
+            Ok("kafka-close-probe"),
+            "dropped, before close returned, elsewhere"
+        );
     }
 }

@@ -166,7 +166,7 @@ pub struct Relay {
     pool: PgPool,
     kafka: KafkaSettings,
     settings: RelaySettings,
-    producer: FutureProducer,
+    producer: kafka::OffRuntimeDrop<FutureProducer>,
     /// Topics known to exist; cleared after a failed send.
     ensured: HashSet<String>,
 }
@@ -480,7 +480,10 @@ fn m_error(service: &str, n: u64) {
     }
 }
 
-fn producer(kafka: &KafkaSettings, settings: &RelaySettings) -> Result<FutureProducer, OutboxError> {
+fn producer(
+    kafka: &KafkaSettings,
+    settings: &RelaySettings,
+) -> Result<kafka::OffRuntimeDrop<FutureProducer>, OutboxError> {
     let timeout = settings.message_timeout_ms.to_string();
     let linger = settings.linger_ms.to_string();
     let config = kafka::client_config(
@@ -492,7 +495,7 @@ fn producer(kafka: &KafkaSettings, settings: &RelaySettings) -> Result<FuturePro
             ("message.timeout.ms", &timeout),
         ],
     );
-    Ok(config.create()?)
+    Ok(kafka::OffRuntimeDrop::new(config.create()?, "producer"))
 }
 
 async fn listen(pool: &PgPool) -> Option<PgListener> {
