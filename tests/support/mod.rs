@@ -182,6 +182,7 @@ impl Stack {
     /// Starts everything, letting `tweak` adjust the order service's settings.
     pub async fn start_with(tweak: impl FnOnce(&mut order::config::Settings)) -> Self {
         sagaworks_test_support::init_logs();
+        sagaworks_test_support::watch_runtime();
         let (order_db, inventory_db, payment_db) = tokio::join!(
             TestDatabase::create("order"),
             TestDatabase::create("inventory"),

@@ -5,7 +5,7 @@
 //!   dropped again when the value is dropped. Tests never share a database.
 //! * [`Broker`] — a real Kafka-protocol broker (Tansu) on a free port, started
 //!   per test; can be stopped and restarted on the same port to test outages.
-//! * [`free_port`], [`init_logs`], [`eventually`].
+//! * [`free_port`], [`init_logs`], [`eventually`], [`watch_runtime`].
 //!
 //! Nothing here skips: when Postgres or the broker binary is missing the
 //! helper panics with what to install, so a test can only pass for real.
@@ -33,6 +33,25 @@ pub fn init_logs() {
         )
         .with_test_writer()
         .try_init();
+}
+
+/// Warns, in the test's output, whenever the current runtime could not run a
+/// task for more than half a second: something blocked its thread (a
+/// synchronous drop of a Kafka client did, for 3 s, and a pool timed out in
+/// the meantime). The warning names the stall; finding the culprit takes a
+/// debugger (`gdb -p`, `thread apply all bt`) while it happens.
+pub fn watch_runtime() {
+    const TICK: Duration = Duration::from_millis(50);
+    tokio::spawn(async {
+        loop {
+            let before = Instant::now();
+            tokio::time::sleep(TICK).await;
+            let late = before.elapsed().saturating_sub(TICK);
+            if late > Duration::from_millis(500) {
+                tracing::warn!(?late, "the test's runtime was blocked: a task held its thread");
+            }
+        }
+    });
 }
 
 /// Polls `probe` until it returns `Some`, or panics after `timeout` naming `what`.
