@@ -124,3 +124,54 @@ async fn readiness_follows_the_database() {
     })
     .await;
 }
+
+/// Every admin write takes an `Idempotency-Key`: a repeat changes nothing and
+/// answers what the first request did; the same key with another body is a
+/// 422; the same key on another endpoint is another request.
+#[tokio::test]
+async fn admin_writes_with_the_same_idempotency_key_take_effect_once() {
+    let stack = Stack::start().await;
+    let post = |path: String, key: &'static str, body: serde_json::Value| {
+        let req = stack.http.post(stack.url(&path)).header("Idempotency-Key", key).json(&body);
+        async move {
+            let res = req.send().await.expect("gateway answers");
+            let status = res.status();
+            (status, res.json::<serde_json::Value>().await.unwrap_or_default())
+        }
+    };
+    let sku = format!("sku-{}", uuid::Uuid::new_v4().simple());
+    let product = json!({ "sku": sku, "name": "Widget", "price_cents": 100, "initial_stock": 5 });
+    let (s1, p1) = post("/v1/products".into(), "k1", product.clone()).await;
+    let (s2, p2) = post("/v1/products".into(), "k1", product.clone()).await;
+    assert_eq!((s1, s2), (StatusCode::CREATED, StatusCode::CREATED), "{p1} {p2}");
+    assert_eq!(p1["id"], p2["id"], "the repeat answers the first product");
+    let id = p1["id"].as_str().unwrap().to_string();
+    let (status, p) = post("/v1/products".into(), "k1", json!({ "sku": "other", "name": "W", "price_cents": 1, "initial_stock": 0 })).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "same key, other body: {p}");
+
+    // The same key on another endpoint is a request of its own.
+    for _ in 0..2 {
+        let (status, p) = post(format!("/v1/products/{id}/stock"), "k1", json!({ "quantity": 3 })).await;
+        assert_eq!(status, StatusCode::OK, "{p}");
+        assert_eq!(p["available"], 8, "stock added once: {p}");
+    }
+    assert_eq!(stack.stock(&id).await, (8, 0, 0));
+
+    let (s1, c1) = post("/v1/customers".into(), "k2", json!({ "name": "Ada", "initial_credit_cents": 100 })).await;
+    let (s2, c2) = post("/v1/customers".into(), "k2", json!({ "name": "Ada", "initial_credit_cents": 100 })).await;
+    assert_eq!((s1, s2), (StatusCode::CREATED, StatusCode::CREATED), "{c1} {c2}");
+    assert_eq!(c1["customer_id"], c2["customer_id"], "one account, not two");
+    let customer = c1["customer_id"].as_str().unwrap().to_string();
+    for _ in 0..2 {
+        let (status, c) =
+            post(format!("/v1/customers/{customer}/credit"), "k2", json!({ "amount_cents": 50 })).await;
+        assert_eq!(status, StatusCode::OK, "{c}");
+        assert_eq!(c["balance_cents"], 150, "credited once: {c}");
+    }
+    assert_eq!(stack.balance(&customer).await, 150);
+
+    let too_long = "k".repeat(201);
+    let req = stack.http.post(stack.url("/v1/customers")).header("Idempotency-Key", too_long);
+    let res = req.json(&json!({ "name": "Ada", "initial_credit_cents": 1 })).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY, "a key outside the documented pattern");
+}

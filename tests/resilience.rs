@@ -292,3 +292,46 @@ async fn a_flood_beyond_the_bulkhead_is_shed_at_once_and_the_caller_stays_health
     assert_eq!((available, reserved + sold), (100 - confirmed as i64, confirmed as i64));
     assert_eq!(stack.balance(&customer).await, 100_000 - 100 * confirmed as i64);
 }
+
+/// The gateway retries an admin write whose answer came too late: inventory
+/// did the work, but its answer is held back past the gateway's 1 s timeout.
+/// The retry carries the same idempotency key, so the product is created
+/// once and its stock added once, and the client gets the first answer (not
+/// a 409 for the product it just created, nor stock added twice).
+#[tokio::test]
+async fn an_admin_write_retried_after_a_timeout_takes_effect_once() {
+    let mut stack = Stack::start().await;
+    restart_inventory_with_faults(&mut stack).await;
+    let inventory_http = stack.inventory.http_port;
+    let retries = |text: &str| sample(text, r#"resilience_retries_total{downstream="inventory"}"#).unwrap_or(0.0);
+    // The first attempt's answer is held back 1.5 s; the fault is gone long
+    // before the gateway times out (1 s) and retries.
+    let first_answer_late = |method: &'static str| async move {
+        set_fault(inventory_http, json!({ "delay_ms": 1_500, "methods": [method] })).await;
+        async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            clear_fault(inventory_http).await;
+        }
+    };
+
+    let before = retries(&metrics(inventory_http).await);
+    let sku = format!("sku-{}", uuid::Uuid::new_v4().simple());
+    let body = json!({ "sku": sku, "name": "Widget", "price_cents": 100, "initial_stock": 5 });
+    let clear = first_answer_late("CreateProduct").await;
+    let ((status, product), ()) = tokio::join!(stack.post("/v1/products", body), clear);
+    assert_eq!(status, StatusCode::CREATED, "the retry answers the first call's product: {product}");
+    let after_create = retries(&metrics(inventory_http).await);
+    assert!(after_create > before, "the gateway did retry ({before} -> {after_create})");
+    let (_, list) = stack.get("/v1/products").await;
+    let same_sku = list["products"].as_array().unwrap().iter().filter(|p| p["sku"] == sku.as_str()).count();
+    assert_eq!(same_sku, 1, "{list}");
+    let id = product["id"].as_str().unwrap().to_string();
+
+    let clear = first_answer_late("AddStock").await;
+    let path = format!("/v1/products/{id}/stock");
+    let ((status, p), ()) = tokio::join!(stack.post(&path, json!({ "quantity": 3 })), clear);
+    assert_eq!(status, StatusCode::OK, "{p}");
+    assert!(retries(&metrics(inventory_http).await) > after_create, "the gateway did retry");
+    assert_eq!(p["available"], 8, "{p}");
+    assert_eq!(stack.stock(&id).await, (8, 0, 0), "stock added once");
+}

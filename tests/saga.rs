@@ -201,7 +201,7 @@ async fn participant_calls_are_idempotent_per_key() {
     // A rejection is replayed too, even once it would succeed.
     let big = pay::ChargeRequest { idempotency_key: "big".into(), payment_id: uuid::Uuid::new_v4().to_string(), amount_cents: 5_000, ..charge.clone() };
     assert_eq!(payment.charge(big.clone()).await.unwrap_err().code(), Code::FailedPrecondition);
-    payment.add_credit(pay::AddCreditRequest { customer_id: customer.clone(), amount_cents: 10_000 }).await.unwrap();
+    payment.add_credit(pay::AddCreditRequest { customer_id: customer.clone(), amount_cents: 10_000, idempotency_key: "credit".into() }).await.unwrap();
     assert_eq!(payment.charge(big).await.unwrap_err().code(), Code::FailedPrecondition);
 
     // Compensation before the forward call arrived leaves a tombstone.

@@ -1,10 +1,15 @@
-//! Strict JSON bodies: unknown fields are rejected, and a wrong field is
-//! named in the problem (`items[0].quantity: invalid type ...`). Strings
-//! holding NUL are refused too: no database downstream can store them.
+//! Request extractors with problem+json rejections.
+//!
+//! * [`ApiJson`]: strict JSON bodies. Unknown fields are rejected, and a wrong
+//!   field is named in the problem (`items[0].quantity: invalid type ...`).
+//!   Strings holding NUL are refused too: no database downstream can store them.
+//! * [`IdempotencyKey`]: the optional `Idempotency-Key` header of a mutating
+//!   request, and the key that goes downstream with it.
 
 use crate::error::ApiError;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header;
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -48,6 +53,91 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// The `Idempotency-Key` request header, checked against the documented
+/// pattern (1 to 200 visible ASCII characters, inner spaces allowed).
+///
+/// Every mutating gRPC call the gateway makes carries a key: the resilience
+/// stack may send a call again (after a timeout, say) when the first one did
+/// take effect, and the participant then answers what the first one did. The
+/// client's key makes its own retries of the REST request safe as well.
+pub struct IdempotencyKey(Option<String>);
+
+/// The header's name.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+impl IdempotencyKey {
+    /// The key as the client sent it, for a call whose keys belong to that
+    /// call alone (`CreateOrder`); a fresh one of the gateway's own without it.
+    pub fn as_sent(self) -> String {
+        self.0.unwrap_or_else(generated)
+    }
+
+    /// The key scoped to `operation` (`create-product:<key>`): one key
+    /// reused on two endpoints means two requests, not a conflict; a fresh
+    /// one of the gateway's own without it.
+    pub fn scoped(self, operation: &str) -> String {
+        match self.0 {
+            Some(key) => format!("{operation}:{key}"),
+            None => generated(),
+        }
+    }
+}
+
+/// Documents the header on an operation: `params(IdempotencyKey)`.
+impl utoipa::IntoParams for IdempotencyKey {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        let schema = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(200))
+            .pattern(Some(r"^[\x21-\x7E]([\x20-\x7E]*[\x21-\x7E])?$"));
+        vec![
+            ParameterBuilder::new()
+                .name("Idempotency-Key")
+                .parameter_in(ParameterIn::Header)
+                .required(utoipa::openapi::Required::False)
+                .description(Some(
+                    "A repeat with the same key changes nothing and answers what the first request did \
+                     (1 to 200 visible ASCII characters); the same key with another body is a 422",
+                ))
+                .schema(Some(schema))
+                .build(),
+        ]
+    }
+}
+
+fn generated() -> String {
+    format!("gateway:{}", uuid::Uuid::new_v4())
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        match parts.headers.get(IDEMPOTENCY_KEY) {
+            None => Ok(Self(None)),
+            Some(v) => match v.to_str() {
+                Ok(k) if valid_idempotency_key(k) => Ok(Self(Some(k.to_string()))),
+                _ => Err(ApiError::invalid("Idempotency-Key", "must be 1 to 200 visible ASCII characters")),
+            },
+        }
+    }
+}
+
+/// 1 to 200 printable ASCII characters (spaces inside only), as the document's pattern says.
+fn valid_idempotency_key(key: &str) -> bool {
+    let printable = |b: &u8| (0x21..=0x7E).contains(b);
+    let bytes = key.as_bytes();
+    (1..=200).contains(&bytes.len())
+        && bytes.first().is_some_and(printable)
+        && bytes.last().is_some_and(printable)
+        && bytes.iter().all(|b| *b == b' ' || printable(b))
+}
+
 /// The path (`items[0].name`) of the first string holding U+0000, if any.
 fn nul_field(value: &Value, path: &str) -> Option<String> {
     let here = || if path.is_empty() { "body".to_string() } else { path.to_string() };
@@ -83,6 +173,16 @@ mod tests {
         assert_eq!(nul_field(&json!({"name": "a\0b"}), ""), Some("name".into()));
         assert_eq!(nul_field(&json!({"items": [{"q": 1}, {"sku": "\0"}]}), ""), Some("items[1].sku".into()));
         assert_eq!(nul_field(&json!("\0"), ""), Some("body".into()));
+    }
+
+    #[test]
+    fn idempotency_keys_follow_the_documented_pattern() {
+        for ok in ["k", "order-42", "a b", &"x".repeat(200)] {
+            assert!(valid_idempotency_key(ok), "{ok}");
+        }
+        for bad in ["", " k", "k ", "a\tb", &"x".repeat(201), "caf\u{e9}"] {
+            assert!(!valid_idempotency_key(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -68,18 +68,6 @@ pub(crate) fn reservation(r: Reservation) -> pb::Reservation {
     }
 }
 
-impl Inventory {
-    async fn in_tx<T>(
-        &self,
-        f: impl for<'c> FnOnce(&'c mut sqlx::PgConnection, &'c OutboxWriter) -> futures::future::BoxFuture<'c, Result<T>>,
-    ) -> Result<T> {
-        let mut tx = self.pool.begin().await?;
-        let out = f(&mut tx, &self.outbox).await?;
-        tx.commit().await?;
-        Ok(out)
-    }
-}
-
 #[tonic::async_trait]
 impl InventoryService for Inventory {
     #[tracing::instrument(skip_all, fields(sku = %request.get_ref().sku))]
@@ -92,8 +80,12 @@ impl InventoryService for Inventory {
             price_cents: validate::within("price_cents", r.price_cents, 0..=100_000_000)?,
             initial_stock: quantity("initial_stock", r.initial_stock, true)?,
         };
-        let p = self.in_tx(|c, o| Box::pin(stock::create_product(c, o, new))).await?;
-        Ok(Response::new(product(p)))
+        let outbox = self.outbox.clone();
+        let res = idempotency::run_once(&self.pool, &r.idempotency_key, &r, move |conn| {
+            Box::pin(async move { Ok::<_, Error>(product(stock::create_product(conn, &outbox, new).await?)) })
+        })
+        .await?;
+        Ok(Response::new(res))
     }
 
     #[tracing::instrument(skip_all, fields(product_id = %request.get_ref().product_id))]
@@ -101,8 +93,12 @@ impl InventoryService for Inventory {
         let r = request.into_inner();
         let id = uuid("product_id", &r.product_id)?;
         let q = quantity("quantity", r.quantity, false)?;
-        let p = self.in_tx(|c, o| Box::pin(stock::add_stock(c, o, id, q))).await?;
-        Ok(Response::new(product(p)))
+        let outbox = self.outbox.clone();
+        let res = idempotency::run_once(&self.pool, &r.idempotency_key, &r, move |conn| {
+            Box::pin(async move { Ok::<_, Error>(product(stock::add_stock(conn, &outbox, id, q).await?)) })
+        })
+        .await?;
+        Ok(Response::new(res))
     }
 
     async fn get_stock(&self, request: Request<pb::GetStockRequest>) -> Result<Response<pb::Product>, Status> {

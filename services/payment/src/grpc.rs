@@ -58,10 +58,14 @@ impl PaymentService for Payments {
         let id = uuid_or_new("customer_id", &r.customer_id)?;
         let name = text("name", &r.name, 200)?;
         let credit = within("initial_credit_cents", r.initial_credit_cents, 0..=MAX_AMOUNT)?;
-        let mut tx = self.pool.begin().await.map_err(Error::from)?;
-        let a = ledger::open_account(&mut tx, &self.outbox, id, &name, credit).await?;
-        tx.commit().await.map_err(Error::from)?;
-        Ok(Response::new(account(a)))
+        let outbox = self.outbox.clone();
+        let res = idempotency::run_once(&self.pool, &r.idempotency_key, &r, move |conn| {
+            Box::pin(async move {
+                Ok::<_, Error>(account(ledger::open_account(conn, &outbox, id, &name, credit).await?))
+            })
+        })
+        .await?;
+        Ok(Response::new(res))
     }
 
     #[tracing::instrument(skip_all, fields(customer_id = %request.get_ref().customer_id))]
@@ -69,10 +73,12 @@ impl PaymentService for Payments {
         let r = request.into_inner();
         let id = uuid("customer_id", &r.customer_id)?;
         let amount = within("amount_cents", r.amount_cents, 1..=MAX_AMOUNT)?;
-        let mut tx = self.pool.begin().await.map_err(Error::from)?;
-        let a = ledger::add_credit(&mut tx, &self.outbox, id, amount).await?;
-        tx.commit().await.map_err(Error::from)?;
-        Ok(Response::new(account(a)))
+        let outbox = self.outbox.clone();
+        let res = idempotency::run_once(&self.pool, &r.idempotency_key, &r, move |conn| {
+            Box::pin(async move { Ok::<_, Error>(account(ledger::add_credit(conn, &outbox, id, amount).await?)) })
+        })
+        .await?;
+        Ok(Response::new(res))
     }
 
     async fn get_account(&self, request: Request<pb::GetAccountRequest>) -> Result<Response<pb::Account>, Status> {

@@ -117,6 +117,7 @@ impl TestApp {
             price_cents: 250,
             initial_stock: 5,
             id: String::new(),
+            idempotency_key: Uuid::new_v4().to_string(),
         };
         self.inventory.clone().create_product(request).await.expect("product created").into_inner().id
     }

@@ -3,7 +3,7 @@
 use super::AppState;
 use crate::auth::Admin;
 use crate::error::ApiError;
-use crate::extract::ApiJson;
+use crate::extract::{ApiJson, IdempotencyKey};
 use crate::model::{
     AddCredit, AddStock, CreateCustomer, CreateProduct, Customer, Product, ProductList, optional_id,
 };
@@ -16,7 +16,7 @@ use sagaworks_proto::payment::v1 as pay;
 
 /// Adds a product with its price and initial stock.
 #[utoipa::path(
-    post, path = "/v1/products", tag = "admin", request_body = CreateProduct,
+    post, path = "/v1/products", tag = "admin", request_body = CreateProduct, params(IdempotencyKey),
     responses(
         (status = 201, body = Product),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -27,6 +27,7 @@ use sagaworks_proto::payment::v1 as pay;
 pub async fn create_product(
     State(state): State<AppState>,
     _: Admin,
+    key: IdempotencyKey,
     ApiJson(body): ApiJson<CreateProduct>,
 ) -> Result<(StatusCode, Json<Product>), ApiError> {
     let request = inv::CreateProductRequest {
@@ -35,6 +36,7 @@ pub async fn create_product(
         price_cents: body.price_cents,
         initial_stock: body.initial_stock,
         id: optional_id("id", body.id)?,
+        idempotency_key: key.scoped("create-product"),
     };
     let p =
         state.inventory.clone().create_product(request).await.map_err(ApiError::downstream("inventory"))?;
@@ -71,7 +73,7 @@ pub async fn list_products(State(state): State<AppState>, _: Admin) -> Result<Js
 /// Adds units to a product's available stock.
 #[utoipa::path(
     post, path = "/v1/products/{product_id}/stock", tag = "admin", request_body = AddStock,
-    params(("product_id" = uuid::Uuid, Path, description = "Product id (UUID)")),
+    params(("product_id" = uuid::Uuid, Path, description = "Product id (UUID)"), IdempotencyKey),
     responses(
         (status = 200, body = Product),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -83,16 +85,18 @@ pub async fn add_stock(
     State(state): State<AppState>,
     _: Admin,
     Path(product_id): Path<String>,
+    key: IdempotencyKey,
     ApiJson(body): ApiJson<AddStock>,
 ) -> Result<Json<Product>, ApiError> {
-    let request = inv::AddStockRequest { product_id, quantity: body.quantity };
+    let idempotency_key = key.scoped("add-stock");
+    let request = inv::AddStockRequest { product_id, quantity: body.quantity, idempotency_key };
     let p = state.inventory.clone().add_stock(request).await.map_err(ApiError::downstream("inventory"))?;
     Ok(Json(p.into_inner().into()))
 }
 
 /// Opens a customer account with an initial credit.
 #[utoipa::path(
-    post, path = "/v1/customers", tag = "admin", request_body = CreateCustomer,
+    post, path = "/v1/customers", tag = "admin", request_body = CreateCustomer, params(IdempotencyKey),
     responses(
         (status = 201, body = Customer),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -103,12 +107,14 @@ pub async fn add_stock(
 pub async fn create_customer(
     State(state): State<AppState>,
     _: Admin,
+    key: IdempotencyKey,
     ApiJson(body): ApiJson<CreateCustomer>,
 ) -> Result<(StatusCode, Json<Customer>), ApiError> {
     let request = pay::CreateCustomerRequest {
         name: body.name,
         initial_credit_cents: body.initial_credit_cents,
         customer_id: optional_id("customer_id", body.customer_id)?,
+        idempotency_key: key.scoped("create-customer"),
     };
     let a = state.payment.clone().create_customer(request).await.map_err(ApiError::downstream("payment"))?;
     Ok((StatusCode::CREATED, Json(a.into_inner().into())))
@@ -136,7 +142,7 @@ pub async fn get_customer(
 /// Adds credit to a customer's balance.
 #[utoipa::path(
     post, path = "/v1/customers/{customer_id}/credit", tag = "admin", request_body = AddCredit,
-    params(("customer_id" = uuid::Uuid, Path, description = "Customer id (UUID)")),
+    params(("customer_id" = uuid::Uuid, Path, description = "Customer id (UUID)"), IdempotencyKey),
     responses(
         (status = 200, body = Customer),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -148,9 +154,11 @@ pub async fn add_credit(
     State(state): State<AppState>,
     _: Admin,
     Path(customer_id): Path<String>,
+    key: IdempotencyKey,
     ApiJson(body): ApiJson<AddCredit>,
 ) -> Result<Json<Customer>, ApiError> {
-    let request = pay::AddCreditRequest { customer_id, amount_cents: body.amount_cents };
+    let idempotency_key = key.scoped("add-credit");
+    let request = pay::AddCreditRequest { customer_id, amount_cents: body.amount_cents, idempotency_key };
     let a = state.payment.clone().add_credit(request).await.map_err(ApiError::downstream("payment"))?;
     Ok(Json(a.into_inner().into()))
 }
