@@ -43,6 +43,12 @@
 //! After a rebalance a worker may still finish messages of a partition that
 //! moved to another group member; both may then handle (the inbox makes the
 //! second a no-op) and commit it, which can only cause redelivery, never loss.
+//!
+//! The inbox keeps a group's rows for `inbox_retention_hours` (default 7
+//! days, Kafka's default log retention) and the consumer deletes older ones
+//! hourly ([`purge_inbox`]). Keep it at least as long as the topics keep
+//! their messages: a group that rewinds further (a reset to the earliest
+//! offset) would handle again the events whose rows are gone.
 
 use crate::OutboxError;
 use crate::backoff::Backoff;
@@ -97,6 +103,8 @@ pub struct ConsumerSettings {
     /// lock rows that other writers lock too (in another order, that is a
     /// deadlock). A batch that fails is handled again message by message.
     pub batch_size: usize,
+    /// How long the inbox remembers a handled event (see the module docs).
+    pub inbox_retention_hours: i64,
 }
 
 impl Default for ConsumerSettings {
@@ -114,6 +122,7 @@ impl Default for ConsumerSettings {
             topic_settings: TopicSettings::default(),
             concurrency: 4,
             batch_size: 1,
+            inbox_retention_hours: 24 * 7,
         }
     }
 }
@@ -375,10 +384,12 @@ impl<H: Handler> Consumer<H> {
             .collect();
         let mut lag_tick =
             tokio::time::interval(Duration::from_millis(this.settings.lag_interval_ms.max(100)));
+        let mut purge_tick = tokio::time::interval(INBOX_PURGE_EVERY);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = lag_tick.tick() => this.report_lag(),
+                _ = purge_tick.tick() => this.purge_inbox_in_background(),
                 received = this.consumer.recv() => match received {
                     Ok(msg) => {
                         let msg = msg.detach();
@@ -673,6 +684,20 @@ impl<H: Handler> Consumer<H> {
         Ok(Outcome::DeadLettered)
     }
 
+    /// Deletes the group's expired inbox rows on a task of its own, so a long
+    /// purge never holds up consuming.
+    fn purge_inbox_in_background(&self) {
+        let (pool, group, hours) =
+            (self.pool.clone(), self.settings.group_id.clone(), self.settings.inbox_retention_hours);
+        tokio::spawn(async move {
+            match purge_inbox(&pool, &group, hours).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(rows = n, %group, "purged expired inbox rows"),
+                Err(e) => tracing::warn!(error = %e, %group, "inbox purge failed"),
+            }
+        });
+    }
+
     /// Sets `consumer_lag` per assigned partition (on a blocking thread:
     /// `fetch_watermarks` waits for the broker).
     fn report_lag(&self) {
@@ -708,6 +733,35 @@ fn process_span(msg: &OwnedMessage, group: &str) -> tracing::Span {
         message = message.with_key(key);
     }
     consumer_span(&message, &producer)
+}
+
+/// How often a consumer deletes its group's expired inbox rows.
+const INBOX_PURGE_EVERY: Duration = Duration::from_secs(3600);
+/// Rows deleted per statement, so a large purge never holds locks for long.
+const INBOX_PURGE_CHUNK: i64 = 10_000;
+
+/// Deletes `group`'s inbox rows older than `retention_hours`, in chunks;
+/// returns how many. Other groups' rows are left alone.
+pub async fn purge_inbox(pool: &PgPool, group: &str, retention_hours: i64) -> Result<u64, sqlx::Error> {
+    let mut total = 0;
+    loop {
+        let n = sqlx::query(
+            "DELETE FROM inbox WHERE (consumer_group, event_id) IN (
+                 SELECT consumer_group, event_id FROM inbox
+                 WHERE consumer_group = $1 AND processed_at < now() - make_interval(hours => $2)
+                 LIMIT $3)",
+        )
+        .bind(group)
+        .bind(i32::try_from(retention_hours.max(0)).unwrap_or(i32::MAX))
+        .bind(INBOX_PURGE_CHUNK)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        total += n;
+        if (n as i64) < INBOX_PURGE_CHUNK {
+            return Ok(total);
+        }
+    }
 }
 
 #[cfg(test)]

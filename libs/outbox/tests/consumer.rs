@@ -293,3 +293,36 @@ async fn batches_handle_waiting_messages_in_one_transaction_and_fall_back_one_by
     relay.stop().await;
     consumer.stop().await;
 }
+
+/// The inbox forgets a group's events after the group's retention: the
+/// consumer deletes its expired rows when it starts (and hourly), and leaves
+/// newer rows and other groups' rows alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_purges_its_groups_expired_inbox_rows() {
+    let env = env("consumer_inbox_purge").await;
+    for (group, hours_ago) in [("g-purge", 30), ("g-purge", 30), ("g-purge", 1), ("other", 30)] {
+        sqlx::query(
+            "INSERT INTO inbox (consumer_group, event_id, event_type, topic, kafka_partition, kafka_offset, processed_at)
+             VALUES ($1, $2, 'AccountCredited', 'account', 0, 0, now() - make_interval(hours => $3))",
+        )
+        .bind(group)
+        .bind(uuid::Uuid::new_v4())
+        .bind(hours_ago)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    }
+    let consumer = ConsumerSettings { inbox_retention_hours: 24, ..consumer_settings("g-purge", &["account"]) };
+    let (_relay, _consumer) = start(&env, relay_settings(), consumer, Recorder::default());
+    let pool = env.pool.clone();
+    sagaworks_test_support::eventually("the expired rows to go", WAIT, || {
+        let pool = pool.clone();
+        async move {
+            (count(&pool, "SELECT count(*) FROM inbox WHERE consumer_group = 'g-purge'").await == 1).then_some(())
+        }
+    })
+    .await;
+    let kept = count(&env.pool, "SELECT count(*) FROM inbox WHERE consumer_group = 'g-purge' AND processed_at > now() - interval '2 hours'").await;
+    assert_eq!(kept, 1, "the row within the retention stays");
+    assert_eq!(count(&env.pool, "SELECT count(*) FROM inbox WHERE consumer_group = 'other'").await, 1, "another group's row stays");
+}
