@@ -737,15 +737,12 @@ fn process_span(msg: &OwnedMessage, group: &str) -> tracing::Span {
 
 /// How often a consumer deletes its group's expired inbox rows.
 const INBOX_PURGE_EVERY: Duration = Duration::from_secs(3600);
-/// Rows deleted per statement, so a large purge never holds locks for long.
-const INBOX_PURGE_CHUNK: i64 = 10_000;
 
 /// Deletes `group`'s inbox rows older than `retention_hours`, in chunks;
 /// returns how many. Other groups' rows are left alone.
 pub async fn purge_inbox(pool: &PgPool, group: &str, retention_hours: i64) -> Result<u64, sqlx::Error> {
-    let mut total = 0;
-    loop {
-        let n = sqlx::query(
+    crate::delete_in_chunks(|| {
+        sqlx::query(
             "DELETE FROM inbox WHERE (consumer_group, event_id) IN (
                  SELECT consumer_group, event_id FROM inbox
                  WHERE consumer_group = $1 AND processed_at < now() - make_interval(hours => $2)
@@ -753,15 +750,10 @@ pub async fn purge_inbox(pool: &PgPool, group: &str, retention_hours: i64) -> Re
         )
         .bind(group)
         .bind(i32::try_from(retention_hours.max(0)).unwrap_or(i32::MAX))
-        .bind(INBOX_PURGE_CHUNK)
+        .bind(crate::PURGE_CHUNK)
         .execute(pool)
-        .await?
-        .rows_affected();
-        total += n;
-        if (n as i64) < INBOX_PURGE_CHUNK {
-            return Ok(total);
-        }
-    }
+    })
+    .await
 }
 
 #[cfg(test)]

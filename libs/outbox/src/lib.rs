@@ -102,3 +102,24 @@ pub use writer::{MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxWriter, PEND
 pub fn migrator() -> sqlx::migrate::Migrator {
     sqlx::migrate!("../../migrations/outbox")
 }
+
+/// Rows one purge statement deletes at most (outbox and inbox), so a large
+/// purge never holds its locks or writes its WAL in one go.
+const PURGE_CHUNK: i64 = 10_000;
+
+/// Runs `delete` (a DELETE of at most [`PURGE_CHUNK`] rows) until it deletes
+/// fewer than that; returns how many rows went in all.
+async fn delete_in_chunks<F, Fut>(mut delete: F) -> Result<u64, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<sqlx::postgres::PgQueryResult, sqlx::Error>>,
+{
+    let mut total = 0;
+    loop {
+        let n = delete().await?.rows_affected();
+        total += n;
+        if (n as i64) < PURGE_CHUNK {
+            return Ok(total);
+        }
+    }
+}

@@ -85,8 +85,6 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// How often published rows older than the retention period are deleted.
 const PURGE_EVERY: Duration = Duration::from_secs(60);
-/// Rows deleted per purge statement (keeps each delete short).
-const PURGE_CHUNK: i64 = 10_000;
 /// How often the relay refreshes the backlog gauges itself (a `/metrics`
 /// scrape refreshes them too); after every batch would be a query per batch.
 const GAUGES_EVERY: Duration = Duration::from_secs(1);
@@ -538,24 +536,18 @@ async fn drain(listener: &mut Option<PgListener>) -> Result<(), sqlx::Error> {
 
 /// Deletes published rows older than `retention_hours`, in chunks.
 pub async fn purge(pool: &PgPool, retention_hours: i64) -> Result<u64, sqlx::Error> {
-    let mut total = 0;
-    loop {
-        let n = sqlx::query(
+    crate::delete_in_chunks(|| {
+        sqlx::query(
             "DELETE FROM outbox WHERE seq IN (
                  SELECT seq FROM outbox
                  WHERE published_at IS NOT NULL AND published_at < now() - make_interval(hours => $1)
                  LIMIT $2)",
         )
         .bind(i32::try_from(retention_hours).unwrap_or(i32::MAX))
-        .bind(PURGE_CHUNK)
+        .bind(crate::PURGE_CHUNK)
         .execute(pool)
-        .await?
-        .rows_affected();
-        total += n;
-        if (n as i64) < PURGE_CHUNK {
-            return Ok(total);
-        }
-    }
+    })
+    .await
 }
 
 #[cfg(test)]
