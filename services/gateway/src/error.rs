@@ -91,7 +91,14 @@ impl IntoResponse for ApiError {
         let problem = match &self {
             ApiError::Malformed(detail) => Problem::bad_request(detail.clone()),
             ApiError::TooLarge => {
-                Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "too-large", "Request body too large")
+                // The rest of the body is never read, so the server closes the
+                // connection after this answer: say so, or a client may send its
+                // next request on it and see the connection drop instead.
+                let problem =
+                    Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "too-large", "Request body too large");
+                let mut res = problem.into_response();
+                res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return res;
             }
             ApiError::Invalid { field, message } => Problem::validation(field.clone(), message.clone()),
             ApiError::NotFound(what) => Problem::not_found(what.clone()),
@@ -124,6 +131,13 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_too_large_closes_the_connection() {
+        let res = ApiError::TooLarge.into_response();
+        assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(res.headers()[header::CONNECTION], "close");
+    }
 
     fn status_of(status: Status) -> StatusCode {
         ApiError::Downstream { downstream: "order", status }.into_response().status()
