@@ -14,22 +14,6 @@ use sagaworks_test_support::TestDatabase;
 use serde_json::Value;
 use std::time::Duration;
 
-/// Retries `start` while the port of a service that was just killed is still taken.
-async fn on_same_port<T, E: std::fmt::Debug, F: std::future::Future<Output = Result<T, E>>>(
-    what: &str,
-    mut start: impl FnMut() -> F,
-) -> T {
-    let mut last = None;
-    for _ in 0..50 {
-        match start().await {
-            Ok(app) => return app,
-            Err(e) => last = Some(e),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{what} did not start again on its port: {last:?}");
-}
-
 /// Kills the stack's inventory and starts it again on the same gRPC port and database,
 /// with fault injection enabled.
 pub async fn restart_inventory_with_faults(stack: &mut Stack) {
@@ -42,10 +26,7 @@ pub async fn restart_inventory_with_faults(stack: &mut Stack) {
         fault: sagaworks_runtime::fault::FaultSettings { enabled: true },
         ..Default::default()
     };
-    let app = on_same_port("inventory", || inventory::startup::Application::build(settings.clone())).await;
-    let (g, h) = (app.grpc_port(), app.http_port());
-    stack.inventory =
-        Running::spawn(g, h, |t| async move { app.run_until_stopped(t).await.expect("inventory runs") });
+    stack.inventory = Running::start_on_same_port::<inventory::startup::Application>("inventory", settings).await;
 }
 
 /// Starts payment on `grpc_port` (where a killed one ran) as soon as the port is free.
@@ -57,9 +38,7 @@ pub async fn start_payment_on(db: &TestDatabase, kafka: &KafkaSettings, grpc_por
         kafka: kafka.clone(),
         ..Default::default()
     };
-    let app = on_same_port("payment", || payment::startup::Application::build(settings.clone())).await;
-    let (g, h) = (app.grpc_port(), app.http_port());
-    Running::spawn(g, h, |t| async move { app.run_until_stopped(t).await.expect("payment runs") })
+    Running::start_on_same_port::<payment::startup::Application>("payment", settings).await
 }
 
 fn fault_url(http_port: u16) -> String {
