@@ -11,13 +11,13 @@ pub mod auth;
 pub mod faults;
 pub mod processes;
 
+use futures::future::BoxFuture;
 use reqwest::StatusCode;
 use sagaworks_config::{KafkaSettings, ListenSettings};
 use sagaworks_resilience::ClientSettings;
 use sagaworks_test_support::{Broker, TestDatabase};
 use serde_json::{Value, json};
 use std::time::Duration;
-use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
