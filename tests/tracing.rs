@@ -20,13 +20,23 @@ const CALLER_TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN_ID: &str = "00f067aa0ba902b7";
 
 async fn start(receiver: &OtlpReceiver) -> ProcessStack {
-    let endpoint = receiver.endpoint();
-    ProcessStack::start(&[
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+    start_with(receiver, &[]).await
+}
+
+/// Every service exports to `receiver`; `extra` goes to every service too.
+async fn start_with(receiver: &OtlpReceiver, extra: &[(&str, &str)]) -> ProcessStack {
+    let env = otel_env(receiver);
+    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    env.extend_from_slice(extra);
+    ProcessStack::start(&env).await
+}
+
+fn otel_env(receiver: &OtlpReceiver) -> [(&'static str, String); 2] {
+    [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()),
         // Export every 100 ms instead of every 5 s.
-        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-    ])
-    .await
+        ("OTEL_BSP_SCHEDULE_DELAY", "100".to_string()),
+    ]
 }
 
 /// A product (price 250, stock 10) and a customer with `credit_cents`.
@@ -346,4 +356,52 @@ async fn a_failing_saga_trace_shows_the_rejected_charge_and_the_compensation() {
     assert_eq!(producer.attr("messaging.kafka.message.key"), Some(order_id.as_str()), "OrderCancelled");
     // The reserve step still succeeded, in the same trace.
     assert_eq!(trace.step("reserve_stock").attr("saga.step.outcome"), Some("succeeded"));
+}
+
+/// A saga another replica resumes stays in its order's trace. The first
+/// replica stops dead before the charge (a fault-injected crash) and keeps
+/// its lease; when the lease runs out, a second replica resumes the saga,
+/// and its `saga` span is a child of the same `CreateOrder` span as the
+/// first drive's, so the charge and the confirmation are in the order's trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saga_resumed_by_another_replica_continues_the_orders_trace() {
+    let receiver = OtlpReceiver::start().await;
+    let lease = ("APP_SAGA__LEASE_MS", "1000");
+    let system = start_with(&receiver, &[("APP_SAGA__CRASH_POINT", "before:charge_payment"), lease]).await;
+    let (product, customer) = catalogue(&system, 10_000).await;
+    let trace_id = "b7ad6b7169203331a3ce929d0e0e4736";
+    let order = place(&system, trace_id, &customer, &product).await;
+    assert_eq!(order["status"], "PENDING", "the first replica stopped before the charge: {order}");
+    let order_id = order["order_id"].as_str().unwrap().to_string();
+
+    let env = otel_env(&receiver);
+    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    env.push(lease);
+    let mut replica = system.start_order_replica(&env).await;
+    let order = system.get_until(&format!("/v1/orders/{order_id}"), |o| o["status"] == "CONFIRMED").await;
+    assert_eq!(order["trace_id"], trace_id, "{order}");
+    replica.terminate().await;
+    system.stop().await;
+    let spans = receiver.spans();
+
+    let trace = Trace::of(&spans, trace_id);
+    let create = trace.one("order CreateOrder server span", |s| {
+        s.service_name == "order" && s.kind == SpanKind::Server && s.name.ends_with("/CreateOrder")
+    });
+    let drives = trace.find(|s| s.service_name == "order" && s.name == "saga");
+    assert_eq!(
+        drives.len(),
+        2,
+        "the first drive and the resumed one, in the order's trace: {:#?}",
+        trace.names()
+    );
+    for drive in &drives {
+        assert!(trace.descends_from(drive, create), "every drive of the saga is under CreateOrder");
+    }
+    assert_eq!(drives[0].parent_span_id, drives[1].parent_span_id, "both drives hang off the same span");
+    let charge = trace.step("charge_payment");
+    let resumed =
+        drives.iter().find(|d| charge.parent_span_id == d.span_id).expect("the charge is a step of a drive");
+    assert!(trace.descends_from(trace.step("confirm_order"), resumed), "the resumed drive also confirms");
+    trace.call(charge, "payment", "Charge");
 }

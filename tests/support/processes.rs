@@ -14,6 +14,7 @@
 //! ```
 
 use crate::auth::{TEST_JWT_SECRET, admin_token};
+use sagaworks_config::KafkaSettings;
 use sagaworks_test_support::{Broker, TestDatabase, eventually, free_port};
 use std::path::PathBuf;
 use std::process::{Child, Command};
@@ -147,6 +148,19 @@ pub struct ProcessStack {
     pub databases: Vec<TestDatabase>,
     /// Sends an admin token unless a request sets its own `Authorization`.
     pub http: reqwest::Client,
+    /// What another order replica needs: its database, the broker, the participants.
+    order_db_url: String,
+    kafka: KafkaSettings,
+    clients: String,
+}
+
+/// A backend service's configuration file.
+fn backend_config(db_url: &str, kafka: &KafkaSettings, grpc: u16, http: u16, extra: &str) -> String {
+    format!(
+        "[grpc]\nhost = \"127.0.0.1\"\nport = {grpc}\n[http]\nhost = \"127.0.0.1\"\nport = {http}\n\
+         [database]\nurl = \"{db_url}\"\n[kafka]\nbrokers = \"{}\"\ntopic_prefix = \"{}\"\n{extra}",
+        kafka.brokers, kafka.topic_prefix
+    )
 }
 
 impl ProcessStack {
@@ -162,11 +176,7 @@ impl ProcessStack {
         let broker = Broker::start().await;
         let kafka = broker.kafka_settings();
         let backend = |db: &TestDatabase, grpc: u16, http: u16, extra: &str| {
-            format!(
-                "[grpc]\nhost = \"127.0.0.1\"\nport = {grpc}\n[http]\nhost = \"127.0.0.1\"\nport = {http}\n\
-                 [database]\nurl = \"{}\"\n[kafka]\nbrokers = \"{}\"\ntopic_prefix = \"{}\"\n{extra}",
-                db.url, kafka.brokers, kafka.topic_prefix
-            )
+            backend_config(&db.url, &kafka, grpc, http, extra)
         };
         let ports = || (free_port(), free_port());
         let (grpc, http) = ports();
@@ -199,7 +209,11 @@ impl ProcessStack {
             .default_headers(headers)
             .build()
             .expect("an HTTP client");
+        let order_db_url = order_db.url.clone();
         let mut stack = Self {
+            order_db_url,
+            kafka,
+            clients,
             broker,
             databases: vec![order_db, inventory_db, payment_db],
             inventory,
@@ -216,6 +230,16 @@ impl ProcessStack {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.gateway.http_port)
+    }
+
+    /// Starts another order replica (its own ports; the stack's database,
+    /// broker and participants) with `env`, and waits until it is ready.
+    pub async fn start_order_replica(&self, env: &[(&str, &str)]) -> ServiceProcess {
+        let (grpc, http) = (free_port(), free_port());
+        let config = backend_config(&self.order_db_url, &self.kafka, grpc, http, &self.clients);
+        let mut replica = ServiceProcess::spawn("order", http, grpc, &config, env);
+        replica.wait_ready(&self.http).await;
+        replica
     }
 
     /// SIGTERM to every service, gateway first, each waited for (so every

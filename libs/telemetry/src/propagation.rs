@@ -50,6 +50,13 @@ pub fn current_trace_id() -> Option<String> {
     sc.is_valid().then(|| sc.trace_id().to_string())
 }
 
+/// Makes `span` a child of the span a stored `traceparent` names. Call it
+/// before `span` is first entered (later, tracing-opentelemetry ignores it);
+/// an invalid `traceparent` leaves `span` where it was.
+pub fn continue_trace(span: &tracing::Span, traceparent: &str) {
+    let _ = span.set_parent(context_from_traceparent(traceparent, None));
+}
+
 /// The remote context described by a stored `traceparent` (and optional `tracestate`).
 /// An invalid `traceparent` gives an empty context, so spans parented on it start a new trace.
 pub fn context_from_traceparent(traceparent: &str, tracestate: Option<&str>) -> Context {

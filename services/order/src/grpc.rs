@@ -123,7 +123,15 @@ impl OrderService for Orders {
         } else {
             text("idempotency_key", &r.idempotency_key, 200)?
         };
-        let new = NewOrder { customer_id, request_hash: request_hash(customer_id, &items), items, idempotency_key };
+        let new = NewOrder {
+            customer_id,
+            request_hash: request_hash(customer_id, &items),
+            items,
+            idempotency_key,
+            // This call's span: the saga's spans are its children, also when
+            // another replica resumes the saga later.
+            traceparent: sagaworks_telemetry::propagation::current_traceparent(),
+        };
         let settings = self.orchestrator.settings();
         // One statement, atomic on its own: no transaction needed.
         let mut conn = self.pool.acquire().await.map_err(Error::from)?;

@@ -69,6 +69,8 @@ pub struct NewOrder {
     pub items: BTreeMap<Uuid, i64>,
     pub idempotency_key: String,
     pub request_hash: Vec<u8>,
+    /// The W3C `traceparent` of the call that places the order (see [`create`]).
+    pub traceparent: Option<String>,
 }
 
 /// The outcome of [`create`]: a new order, or the one its key already made.
@@ -106,8 +108,8 @@ pub async fn create(
     // nothing when the key was used before.
     let sql = format!(
         "WITH o AS (
-             INSERT INTO orders (id, customer_id, status, idempotency_key, request_hash, trace_id)
-             VALUES ($1, $2, 'PENDING', $3, $4, $5) ON CONFLICT (customer_id, idempotency_key) DO NOTHING
+             INSERT INTO orders (id, customer_id, status, idempotency_key, request_hash, trace_id, traceparent)
+             VALUES ($1, $2, 'PENDING', $3, $4, $5, $12) ON CONFLICT (customer_id, idempotency_key) DO NOTHING
              RETURNING id),
          items AS (
              INSERT INTO order_items (order_id, product_id, quantity)
@@ -118,7 +120,7 @@ pub async fn create(
              RETURNING created_at),
          {}
          SELECT created_at FROM saga",
-        PendingEvent::cte("event", 12, Some("o")),
+        PendingEvent::cte("event", 13, Some("o")),
     );
     let query = sqlx::query_scalar(&sql)
         .bind(order_id)
@@ -131,7 +133,8 @@ pub async fn create(
         .bind(saga_id)
         .bind(Step::ReserveStock.as_str())
         .bind(owner)
-        .bind(lease_ms as f64 / 1000.0);
+        .bind(lease_ms as f64 / 1000.0)
+        .bind(&new.traceparent);
     let created: Option<DateTime<Utc>> = event.bind(query).fetch_optional(&mut *conn).await?;
     let Some(created_at) = created else {
         let (id, hash) = sqlx::query_as::<_, (Uuid, Vec<u8>)>(

@@ -199,8 +199,8 @@ impl Orchestrator {
     }
 
     /// Drives saga `id` (leased to this replica) until it finishes, must wait
-    /// for a retry, or `stop` is set.
-    #[tracing::instrument(name = "saga", skip(self, stop), fields(saga.id = %id))]
+    /// for a retry, or `stop` is set. Runs in the caller's span (the worker's
+    /// `saga` span, parented on the order's trace).
     pub async fn drive(&self, id: Uuid, stop: &tokio_util::sync::CancellationToken) -> Result<Driven, DriveError> {
         let state = self.load(id).await?;
         self.drive_from(id, state, stop).await

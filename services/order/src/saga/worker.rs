@@ -6,17 +6,29 @@
 //! never take the same saga, and drives each on its own task. On shutdown it
 //! stops leasing and waits for the sagas in hand, which hand their leases
 //! back at the next step boundary.
+//!
+//! A resumed saga continues its order's trace: its `saga` span is a child
+//! of the `CreateOrder` call's span (the `traceparent` stored with the
+//! order), like the span of the drive that call started, so a saga that
+//! crashed, waited for a retry or moved to another replica is still one
+//! trace in Jaeger.
 
 use super::orchestrator::{DriveError, NewSaga, Orchestrator};
+use sagaworks_telemetry::propagation;
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-/// Leases up to `limit` runnable sagas to this replica.
-async fn lease(orchestrator: &Orchestrator, pool: &sqlx::PgPool, limit: i64) -> Result<Vec<Uuid>, sqlx::Error> {
-    sqlx::query_scalar(
+/// Leases up to `limit` runnable sagas to this replica; returns their ids
+/// with their orders' `traceparent`.
+async fn lease(
+    orchestrator: &Orchestrator,
+    pool: &sqlx::PgPool,
+    limit: i64,
+) -> Result<Vec<(Uuid, Option<String>)>, sqlx::Error> {
+    sqlx::query_as(
         "UPDATE sagas SET lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
          WHERE id IN (
              SELECT id FROM sagas
@@ -25,7 +37,7 @@ async fn lease(orchestrator: &Orchestrator, pool: &sqlx::PgPool, limit: i64) -> 
              ORDER BY next_attempt_at
              LIMIT $3
              FOR UPDATE SKIP LOCKED)
-         RETURNING id",
+         RETURNING id, (SELECT o.traceparent FROM orders o WHERE o.id = sagas.order_id)",
     )
     .bind(orchestrator.owner())
     .bind(orchestrator.settings().lease_ms as f64 / 1000.0)
@@ -59,14 +71,21 @@ pub async fn run(orchestrator: Orchestrator, pool: sqlx::PgPool, shutdown: Cance
                 continue;
             }
         };
-        for id in ids {
+        for (id, traceparent) in ids {
             let Ok(permit) = permits.clone().acquire_owned().await else { break };
             metrics::counter!("saga_resumed_total").increment(1);
             let (orchestrator, stop) = (orchestrator.clone(), shutdown.clone());
-            running.spawn(async move {
-                let _permit = permit;
-                log_outcome(id, orchestrator.drive(id, &stop).await);
-            });
+            let span = tracing::info_span!("saga", saga.id = %id);
+            if let Some(traceparent) = traceparent {
+                propagation::continue_trace(&span, &traceparent);
+            }
+            running.spawn(
+                async move {
+                    let _permit = permit;
+                    log_outcome(id, orchestrator.drive(id, &stop).await);
+                }
+                .instrument(span),
+            );
         }
     }
     while running.join_next().await.is_some() {}
