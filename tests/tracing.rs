@@ -25,18 +25,14 @@ async fn start(receiver: &OtlpReceiver) -> ProcessStack {
 
 /// Every service exports to `receiver`; `extra` goes to every service too.
 async fn start_with(receiver: &OtlpReceiver, extra: &[(&str, &str)]) -> ProcessStack {
-    let env = otel_env(receiver);
-    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    env.extend_from_slice(extra);
-    ProcessStack::start(&env).await
+    let endpoint = receiver.endpoint();
+    ProcessStack::start(&[&otel(&endpoint)[..], extra].concat()).await
 }
 
-fn otel_env(receiver: &OtlpReceiver) -> [(&'static str, String); 2] {
-    [
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()),
-        // Export every 100 ms instead of every 5 s.
-        ("OTEL_BSP_SCHEDULE_DELAY", "100".to_string()),
-    ]
+/// The environment that makes a service export to the OTLP receiver at `endpoint`.
+fn otel(endpoint: &str) -> [(&str, &str); 2] {
+    // Export every 100 ms instead of every 5 s.
+    [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "100")]
 }
 
 /// A product (price 250, stock 10) and a customer with `credit_cents`.
@@ -374,10 +370,8 @@ async fn a_saga_resumed_by_another_replica_continues_the_orders_trace() {
     assert_eq!(order["status"], "PENDING", "the first replica stopped before the charge: {order}");
     let order_id = order["order_id"].as_str().unwrap().to_string();
 
-    let env = otel_env(&receiver);
-    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    env.push(lease);
-    let mut replica = system.start_order_replica(&env).await;
+    let endpoint = receiver.endpoint();
+    let mut replica = system.start_order_replica(&[&otel(&endpoint)[..], &[lease]].concat()).await;
     let order = system.get_until(&format!("/v1/orders/{order_id}"), |o| o["status"] == "CONFIRMED").await;
     assert_eq!(order["trace_id"], trace_id, "{order}");
     replica.terminate().await;
