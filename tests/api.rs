@@ -11,10 +11,19 @@ async fn invalid_input_is_a_problem_naming_the_field() {
     let customer = stack.customer(1_000).await;
 
     let cases = [
-        (json!({ "customer_id": "nope", "items": [{ "product_id": product, "quantity": 1 }] }), "customer_id"),
+        (
+            json!({ "customer_id": "nope", "items": [{ "product_id": product, "quantity": 1 }] }),
+            "customer_id",
+        ),
         (json!({ "customer_id": customer, "items": [] }), "items"),
-        (json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": 0 }] }), "items[0].quantity"),
-        (json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": "1" }] }), "items[0].quantity"),
+        (
+            json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": 0 }] }),
+            "items[0].quantity",
+        ),
+        (
+            json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": "1" }] }),
+            "items[0].quantity",
+        ),
         (json!({ "customer_id": customer }), "body"),
         (json!({ "customer_id": customer, "items": [], "coupon": "FREE" }), "body"),
     ];
@@ -28,11 +37,25 @@ async fn invalid_input_is_a_problem_naming_the_field() {
         assert!(named.starts_with(field) || (field == "body" && !named.is_empty()), "{body} -> {problem}");
     }
 
-    let res = stack.http.post(stack.url("/v1/orders")).header("content-type", "application/json").body("{not json").send().await.unwrap();
+    let res = stack
+        .http
+        .post(stack.url("/v1/orders"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     let res = stack.http.post(stack.url("/v1/orders")).body("{}").send().await.unwrap();
     assert_eq!(res.status(), StatusCode::BAD_REQUEST, "no JSON content type");
-    let res = stack.http.post(stack.url("/v1/orders")).header("content-type", "application/json").body(vec![b' '; 200_000]).send().await.unwrap();
+    let res = stack
+        .http
+        .post(stack.url("/v1/orders"))
+        .header("content-type", "application/json")
+        .body(vec![b' '; 200_000])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
 
     // A list limit outside what the document says (1 to 500) is refused, not clamped.
@@ -52,7 +75,13 @@ async fn invalid_input_is_a_problem_naming_the_field() {
 async fn unknown_ids_are_404_and_unknown_routes_too() {
     let stack = Stack::start().await;
     let missing = uuid::Uuid::new_v4();
-    for path in [format!("/v1/orders/{missing}"), format!("/v1/sagas/{missing}"), format!("/v1/products/{missing}"), format!("/v1/customers/{missing}"), "/v2/nothing".into()] {
+    for path in [
+        format!("/v1/orders/{missing}"),
+        format!("/v1/sagas/{missing}"),
+        format!("/v1/products/{missing}"),
+        format!("/v1/customers/{missing}"),
+        "/v2/nothing".into(),
+    ] {
         let res = stack.http.get(stack.url(&path)).send().await.unwrap();
         assert_eq!(res.status(), StatusCode::NOT_FOUND, "{path}");
         assert_eq!(res.headers()["content-type"], "application/problem+json");
@@ -88,7 +117,13 @@ async fn openapi_document_describes_every_route() {
     let (status, doc) = stack.get("/openapi.json").await;
     assert_eq!(status, StatusCode::OK);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
-    for path in ["/v1/orders", "/v1/orders/{order_id}", "/v1/sagas/{saga_id}", "/v1/products", "/v1/customers/{customer_id}/credit"] {
+    for path in [
+        "/v1/orders",
+        "/v1/orders/{order_id}",
+        "/v1/sagas/{saga_id}",
+        "/v1/products",
+        "/v1/customers/{customer_id}/credit",
+    ] {
         assert!(doc["paths"].get(path).is_some(), "{path} missing from the document");
     }
     assert!(doc["components"]["schemas"].get("Order").is_some());
@@ -103,22 +138,42 @@ async fn readiness_follows_the_database() {
     };
     let res = ready(stack.inventory.http_port).await;
     assert_eq!(res.status(), StatusCode::OK);
-    let live = stack.http.get(format!("http://127.0.0.1:{}/health/live", stack.inventory.http_port)).send().await.unwrap();
+    let live = stack
+        .http
+        .get(format!("http://127.0.0.1:{}/health/live", stack.inventory.http_port))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(live.status(), StatusCode::OK);
 
     // Take inventory's database away: connections are terminated and new ones refused.
     let admin = sqlx::PgPool::connect(&sagaworks_test_support::TestDatabase::admin_url()).await.unwrap();
     let db = &stack.inventory_db.name;
-    sqlx::query(&format!(r#"ALTER DATABASE "{db}" WITH ALLOW_CONNECTIONS false"#)).execute(&admin).await.unwrap();
-    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1").bind(db).execute(&admin).await.unwrap();
+    sqlx::query(&format!(r#"ALTER DATABASE "{db}" WITH ALLOW_CONNECTIONS false"#))
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(db)
+        .execute(&admin)
+        .await
+        .unwrap();
     let res = ready(stack.inventory.http_port).await;
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body: serde_json::Value = res.json().await.unwrap();
     assert!(body["checks"]["database"]["error"].is_string(), "{body}");
-    let live = stack.http.get(format!("http://127.0.0.1:{}/health/live", stack.inventory.http_port)).send().await.unwrap();
+    let live = stack
+        .http
+        .get(format!("http://127.0.0.1:{}/health/live", stack.inventory.http_port))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(live.status(), StatusCode::OK, "still live");
 
-    sqlx::query(&format!(r#"ALTER DATABASE "{db}" WITH ALLOW_CONNECTIONS true"#)).execute(&admin).await.unwrap();
+    sqlx::query(&format!(r#"ALTER DATABASE "{db}" WITH ALLOW_CONNECTIONS true"#))
+        .execute(&admin)
+        .await
+        .unwrap();
     sagaworks_test_support::eventually("ready again", std::time::Duration::from_secs(10), || async {
         (ready(stack.inventory.http_port).await.status() == StatusCode::OK).then_some(())
     })
@@ -146,7 +201,12 @@ async fn admin_writes_with_the_same_idempotency_key_take_effect_once() {
     assert_eq!((s1, s2), (StatusCode::CREATED, StatusCode::CREATED), "{p1} {p2}");
     assert_eq!(p1["id"], p2["id"], "the repeat answers the first product");
     let id = p1["id"].as_str().unwrap().to_string();
-    let (status, p) = post("/v1/products".into(), "k1", json!({ "sku": "other", "name": "W", "price_cents": 1, "initial_stock": 0 })).await;
+    let (status, p) = post(
+        "/v1/products".into(),
+        "k1",
+        json!({ "sku": "other", "name": "W", "price_cents": 1, "initial_stock": 0 }),
+    )
+    .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "same key, other body: {p}");
 
     // The same key on another endpoint is a request of its own.
@@ -157,8 +217,10 @@ async fn admin_writes_with_the_same_idempotency_key_take_effect_once() {
     }
     assert_eq!(stack.stock(&id).await, (8, 0, 0));
 
-    let (s1, c1) = post("/v1/customers".into(), "k2", json!({ "name": "Ada", "initial_credit_cents": 100 })).await;
-    let (s2, c2) = post("/v1/customers".into(), "k2", json!({ "name": "Ada", "initial_credit_cents": 100 })).await;
+    let (s1, c1) =
+        post("/v1/customers".into(), "k2", json!({ "name": "Ada", "initial_credit_cents": 100 })).await;
+    let (s2, c2) =
+        post("/v1/customers".into(), "k2", json!({ "name": "Ada", "initial_credit_cents": 100 })).await;
     assert_eq!((s1, s2), (StatusCode::CREATED, StatusCode::CREATED), "{c1} {c2}");
     assert_eq!(c1["customer_id"], c2["customer_id"], "one account, not two");
     let customer = c1["customer_id"].as_str().unwrap().to_string();

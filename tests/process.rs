@@ -46,7 +46,8 @@ async fn payment_reads_file_and_env_logs_json_and_drains_on_sigterm() {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let lines = std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
+    let lines =
+        std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
 
     let client = reqwest::Client::new();
     let ready = format!("http://127.0.0.1:{http}/health/ready");
@@ -86,11 +87,8 @@ async fn payment_reads_file_and_env_logs_json_and_drains_on_sigterm() {
 
 #[tokio::test]
 async fn a_broken_config_is_a_clear_error_not_a_panic() {
-    let output = Command::new(binary("order"))
-        .env_clear()
-        .env("APP_GRPC__PORT", "not-a-port")
-        .output()
-        .unwrap();
+    let output =
+        Command::new(binary("order")).env_clear().env("APP_GRPC__PORT", "not-a-port").output().unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("port"), "names the bad key: {stderr}");

@@ -303,7 +303,8 @@ async fn an_admin_write_retried_after_a_timeout_takes_effect_once() {
     let mut stack = Stack::start().await;
     restart_inventory_with_faults(&mut stack).await;
     let inventory_http = stack.inventory.http_port;
-    let retries = |text: &str| sample(text, r#"resilience_retries_total{downstream="inventory"}"#).unwrap_or(0.0);
+    let retries =
+        |text: &str| sample(text, r#"resilience_retries_total{downstream="inventory"}"#).unwrap_or(0.0);
     // The first attempt's answer is held back 1.5 s; the fault is gone long
     // before the gateway times out (1 s) and retries.
     let first_answer_late = |method: &'static str| async move {

@@ -27,13 +27,19 @@ async fn happy_path_confirms_reserves_and_charges() {
     assert_eq!(order["items"][0]["unit_price_cents"], 250);
     assert_eq!(
         steps(&order),
-        pairs(&[("reserve_stock", "SUCCEEDED"), ("charge_payment", "SUCCEEDED"), ("confirm_order", "SUCCEEDED")])
+        pairs(&[
+            ("reserve_stock", "SUCCEEDED"),
+            ("charge_payment", "SUCCEEDED"),
+            ("confirm_order", "SUCCEEDED")
+        ])
     );
     assert_eq!(stack.balance(&customer).await, 9_500);
     // Inventory consumes OrderConfirmed from Kafka and turns the reservation into a sale.
-    sagaworks_test_support::eventually("reservation committed", std::time::Duration::from_secs(30), || async {
-        (stack.stock(&product).await == (8, 0, 2)).then_some(())
-    })
+    sagaworks_test_support::eventually(
+        "reservation committed",
+        std::time::Duration::from_secs(30),
+        || async { (stack.stock(&product).await == (8, 0, 2)).then_some(()) },
+    )
     .await;
 
     let id = order["order_id"].as_str().unwrap();
@@ -47,16 +53,20 @@ async fn happy_path_confirms_reserves_and_charges() {
     assert!(saga["steps"][0]["started_at"].is_string() && saga["steps"][0]["finished_at"].is_string());
 
     // The order's timeline is fed from every service's events on Kafka.
-    let timeline = sagaworks_test_support::eventually("timeline", std::time::Duration::from_secs(30), || async {
-        let (_, o) = stack.get(&format!("/v1/orders/{id}")).await;
-        let types: Vec<String> =
-            o["timeline"].as_array()?.iter().map(|e| e["event_type"].as_str().unwrap().to_string()).collect();
-        ["OrderCreated", "StockReserved", "PaymentCharged", "OrderConfirmed", "StockCommitted"]
-            .iter()
-            .all(|t| types.iter().any(|x| x == t))
-            .then_some(types)
-    })
-    .await;
+    let timeline =
+        sagaworks_test_support::eventually("timeline", std::time::Duration::from_secs(30), || async {
+            let (_, o) = stack.get(&format!("/v1/orders/{id}")).await;
+            let types: Vec<String> = o["timeline"]
+                .as_array()?
+                .iter()
+                .map(|e| e["event_type"].as_str().unwrap().to_string())
+                .collect();
+            ["OrderCreated", "StockReserved", "PaymentCharged", "OrderConfirmed", "StockCommitted"]
+                .iter()
+                .all(|t| types.iter().any(|x| x == t))
+                .then_some(types)
+        })
+        .await;
     assert_eq!(timeline.iter().filter(|t| *t == "OrderConfirmed").count(), 1, "deduplicated: {timeline:?}");
 
     let (status, list) = stack.get(&format!("/v1/orders?customer_id={customer}")).await;
@@ -75,7 +85,11 @@ async fn out_of_stock_cancels_without_charging() {
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(order["status"], "CANCELLED", "{order}");
     assert!(order["failure_reason"].as_str().unwrap().contains("insufficient stock"), "{order}");
-    assert_eq!(steps(&order), pairs(&[("reserve_stock", "FAILED")]), "no payment step, nothing to compensate");
+    assert_eq!(
+        steps(&order),
+        pairs(&[("reserve_stock", "FAILED")]),
+        "no payment step, nothing to compensate"
+    );
     assert_eq!(stack.stock(&product).await, (3, 0, 0));
     assert_eq!(stack.balance(&customer).await, 10_000);
 }
@@ -91,7 +105,11 @@ async fn insufficient_funds_cancels_and_releases_stock() {
     assert!(order["failure_reason"].as_str().unwrap().contains("insufficient funds"), "{order}");
     assert_eq!(
         steps(&order),
-        pairs(&[("reserve_stock", "SUCCEEDED"), ("charge_payment", "FAILED"), ("release_stock", "SUCCEEDED")])
+        pairs(&[
+            ("reserve_stock", "SUCCEEDED"),
+            ("charge_payment", "FAILED"),
+            ("release_stock", "SUCCEEDED")
+        ])
     );
     assert_eq!(order["saga"]["status"], "COMPENSATED");
     assert_eq!(stack.stock(&product).await, (5, 0, 0), "stock released");
@@ -123,7 +141,8 @@ async fn same_idempotency_key_returns_the_same_order() {
 
     // Keys are scoped per customer: another customer's "order-42" is a new order.
     let neighbour = stack.customer(10_000).await;
-    let theirs = post(json!({ "customer_id": neighbour, "items": [{ "product_id": product, "quantity": 1 }] }));
+    let theirs =
+        post(json!({ "customer_id": neighbour, "items": [{ "product_id": product, "quantity": 1 }] }));
     let theirs = theirs.await.unwrap();
     assert_eq!(theirs.status(), StatusCode::CREATED);
     let theirs: serde_json::Value = theirs.json().await.unwrap();
@@ -199,9 +218,21 @@ async fn participant_calls_are_idempotent_per_key() {
     assert_eq!(payment.charge(changed).await.unwrap_err().code(), Code::InvalidArgument);
 
     // A rejection is replayed too, even once it would succeed.
-    let big = pay::ChargeRequest { idempotency_key: "big".into(), payment_id: uuid::Uuid::new_v4().to_string(), amount_cents: 5_000, ..charge.clone() };
+    let big = pay::ChargeRequest {
+        idempotency_key: "big".into(),
+        payment_id: uuid::Uuid::new_v4().to_string(),
+        amount_cents: 5_000,
+        ..charge.clone()
+    };
     assert_eq!(payment.charge(big.clone()).await.unwrap_err().code(), Code::FailedPrecondition);
-    payment.add_credit(pay::AddCreditRequest { customer_id: customer.clone(), amount_cents: 10_000, idempotency_key: "credit".into() }).await.unwrap();
+    payment
+        .add_credit(pay::AddCreditRequest {
+            customer_id: customer.clone(),
+            amount_cents: 10_000,
+            idempotency_key: "credit".into(),
+        })
+        .await
+        .unwrap();
     assert_eq!(payment.charge(big).await.unwrap_err().code(), Code::FailedPrecondition);
 
     // Compensation before the forward call arrived leaves a tombstone.
@@ -228,7 +259,11 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 {
-    futures::future::join_all((0..n).map(|_| call())).await.into_iter().map(|r| r.map(|r| r.into_inner())).collect()
+    futures::future::join_all((0..n).map(|_| call()))
+        .await
+        .into_iter()
+        .map(|r| r.map(|r| r.into_inner()))
+        .collect()
 }
 
 /// Duplicates of one call that arrive together (a client retrying while the
@@ -269,7 +304,8 @@ async fn concurrent_duplicates_take_effect_once() {
         async move { client.charge(request).await }
     })
     .await;
-    let rejected = |r: &Result<_, tonic::Status>| r.as_ref().is_err_and(|s| s.code() == Code::FailedPrecondition);
+    let rejected =
+        |r: &Result<_, tonic::Status>| r.as_ref().is_err_and(|s| s.code() == Code::FailedPrecondition);
     assert!(refused.iter().all(rejected), "{refused:?}");
     assert_eq!(stack.balance(&customer).await, 700);
 }
@@ -380,7 +416,12 @@ async fn replicas_do_not_run_a_saga_twice() {
     stack.order.kill();
     // Two fresh replicas race for the 20 sagas.
     let settings = || {
-        system_tests::order_settings(&stack.order_db, &stack.kafka, &stack.inventory.grpc_url(), &stack.payment.grpc_url())
+        system_tests::order_settings(
+            &stack.order_db,
+            &stack.kafka,
+            &stack.inventory.grpc_url(),
+            &stack.payment.grpc_url(),
+        )
     };
     let _a = system_tests::start_order(settings()).await;
     let _b = system_tests::start_order(settings()).await;
@@ -420,15 +461,23 @@ async fn a_participant_that_never_answers_leads_to_compensation() {
     let customer = stack.customer(1_000).await;
     let (_, order) = stack.place(&customer, &product, 1).await;
     let id = order["order_id"].as_str().unwrap().to_string();
-    let order = sagaworks_test_support::eventually("compensation to start", std::time::Duration::from_secs(20), || async {
-        let (_, o) = stack.get(&format!("/v1/orders/{id}")).await;
-        (o["saga"]["status"] == "COMPENSATING").then_some(o)
-    })
+    let order = sagaworks_test_support::eventually(
+        "compensation to start",
+        std::time::Duration::from_secs(20),
+        || async {
+            let (_, o) = stack.get(&format!("/v1/orders/{id}")).await;
+            (o["saga"]["status"] == "COMPENSATING").then_some(o)
+        },
+    )
     .await;
     assert_eq!(order["status"], "PENDING", "{order}");
-    let charge = order["saga"]["steps"].as_array().unwrap().iter().find(|s| s["name"] == "charge_payment").unwrap();
+    let charge =
+        order["saga"]["steps"].as_array().unwrap().iter().find(|s| s["name"] == "charge_payment").unwrap();
     assert_eq!(charge["status"], "FAILED", "{order}");
-    assert_eq!(order["saga"]["current_step"], "refund_payment", "an unanswered charge may have happened: {order}");
+    assert_eq!(
+        order["saga"]["current_step"], "refund_payment",
+        "an unanswered charge may have happened: {order}"
+    );
 
     // Payment answers again (the order service is restarted pointing at the real one).
     stack.restart_order(|_| {}).await;

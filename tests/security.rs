@@ -6,8 +6,8 @@ use reqwest::{RequestBuilder, StatusCode};
 use serde_json::{Value, json};
 use std::time::Duration;
 use system_tests::auth::{
-    JwksServer, RS256_JWKS, RS256_KID, TEST_JWT_SECRET, admin_token, claims, customer_token, epoch, sign_hs256,
-    sign_rs256,
+    JwksServer, RS256_JWKS, RS256_KID, TEST_JWT_SECRET, admin_token, claims, customer_token, epoch,
+    sign_hs256, sign_rs256,
 };
 use system_tests::{Running, Stack, gateway_settings, start_gateway_with};
 
@@ -28,12 +28,18 @@ fn url(gateway: &Running, path: &str) -> String {
 
 /// Another gateway in front of the stack's services, with tweaked settings.
 async fn gateway(stack: &Stack, tweak: impl FnOnce(&mut gateway::config::Settings)) -> Running {
-    let mut s = gateway_settings(&stack.order.grpc_url(), &stack.inventory.grpc_url(), &stack.payment.grpc_url());
+    let mut s =
+        gateway_settings(&stack.order.grpc_url(), &stack.inventory.grpc_url(), &stack.payment.grpc_url());
     tweak(&mut s);
     start_gateway_with(s).await
 }
 
-fn assert_unauthenticated(status: StatusCode, headers: &reqwest::header::HeaderMap, body: &Value, what: &str) {
+fn assert_unauthenticated(
+    status: StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    body: &Value,
+    what: &str,
+) {
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}: {body}");
     assert_eq!(headers["www-authenticate"], "Bearer", "{what}");
     assert_eq!(headers["content-type"], "application/problem+json", "{what}");
@@ -57,7 +63,14 @@ async fn requests_without_a_valid_token_are_401_and_change_nothing() {
         ("not a JWT", Some("not-a-jwt".to_string())),
         ("bad signature", Some(sign_hs256("some-other-secret", &claims(&customer, &["admin"])))),
         ("expired", Some(sign_hs256(TEST_JWT_SECRET, &expired))),
-        ("alg none", Some(format!("{}.{}.", b64(r#"{"alg":"none"}"#), b64(&claims(&customer, &["admin"]).to_string())))),
+        (
+            "alg none",
+            Some(format!(
+                "{}.{}.",
+                b64(r#"{"alg":"none"}"#),
+                b64(&claims(&customer, &["admin"]).to_string())
+            )),
+        ),
     ];
     for (what, token) in &tokens {
         let with = |req: RequestBuilder| match token {
@@ -78,13 +91,16 @@ async fn requests_without_a_valid_token_are_401_and_change_nothing() {
     let mut other_audience = claims("ops", &["admin"]);
     other_audience["aud"] = "someone-else".into();
     for (what, token) in [("wrong audience", other_audience), ("no audience", claims("ops", &["admin"]))] {
-        let req = http.get(url(&audience_gateway, "/v1/products")).bearer_auth(sign_hs256(TEST_JWT_SECRET, &token));
+        let req =
+            http.get(url(&audience_gateway, "/v1/products")).bearer_auth(sign_hs256(TEST_JWT_SECRET, &token));
         let (s, h, b) = send(req).await;
         assert_unauthenticated(s, &h, &b, what);
     }
     let mut right_audience = claims("ops", &["admin"]);
     right_audience["aud"] = "sagaworks".into();
-    let req = http.get(url(&audience_gateway, "/v1/products")).bearer_auth(sign_hs256(TEST_JWT_SECRET, &right_audience));
+    let req = http
+        .get(url(&audience_gateway, "/v1/products"))
+        .bearer_auth(sign_hs256(TEST_JWT_SECRET, &right_audience));
     assert_eq!(send(req).await.0, StatusCode::OK);
 
     // Health, metrics and the API document stay public.
@@ -171,17 +187,26 @@ async fn admin_endpoints_need_the_admin_role() {
     let lookalike = sign_hs256(TEST_JWT_SECRET, &claims(&customer, &["customer", "Admin ", "support"]));
 
     let calls: Vec<(&str, String, Option<Value>)> = vec![
-        ("POST", "/v1/products".into(), Some(json!({ "sku": "s-1", "name": "X", "price_cents": 1, "initial_stock": 1 }))),
+        (
+            "POST",
+            "/v1/products".into(),
+            Some(json!({ "sku": "s-1", "name": "X", "price_cents": 1, "initial_stock": 1 })),
+        ),
         ("GET", "/v1/products".into(), None),
         ("GET", format!("/v1/products/{product}"), None),
         ("POST", format!("/v1/products/{product}/stock"), Some(json!({ "quantity": 5 }))),
-        ("POST", "/v1/customers".into(), Some(json!({ "name": "Mallory", "initial_credit_cents": 1_000_000 }))),
+        (
+            "POST",
+            "/v1/customers".into(),
+            Some(json!({ "name": "Mallory", "initial_credit_cents": 1_000_000 })),
+        ),
         ("GET", format!("/v1/customers/{customer}"), None),
         ("POST", format!("/v1/customers/{customer}/credit"), Some(json!({ "amount_cents": 1_000_000 }))),
     ];
     for bearer in [&token, &lookalike] {
         for (method, path, body) in &calls {
-            let mut req = if *method == "POST" { http.post(stack.url(path)) } else { http.get(stack.url(path)) };
+            let mut req =
+                if *method == "POST" { http.post(stack.url(path)) } else { http.get(stack.url(path)) };
             if let Some(body) = body {
                 req = req.json(body);
             }
@@ -255,9 +280,12 @@ async fn rs256_tokens_verify_against_a_jwks() {
     let mut own = claims(&customer, &[]);
     own["iss"] = "https://idp.test".into();
     let token = sign_rs256(Some(RS256_KID), &own);
-    let (status, _, _) = send(http.get(url(&fetched, &format!("/v1/orders?customer_id={customer}"))).bearer_auth(&token)).await;
+    let (status, _, _) =
+        send(http.get(url(&fetched, &format!("/v1/orders?customer_id={customer}"))).bearer_auth(&token))
+            .await;
     assert_eq!(status, StatusCode::OK);
-    let (status, _, _) = send(http.get(url(&fetched, &format!("/v1/customers/{customer}"))).bearer_auth(&token)).await;
+    let (status, _, _) =
+        send(http.get(url(&fetched, &format!("/v1/customers/{customer}"))).bearer_auth(&token)).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
 }
 
@@ -279,7 +307,8 @@ async fn rate_limit_answers_429_with_retry_after_then_lets_the_client_in_again()
     }
     // Over budget: even a write is refused before it reaches a service.
     let product = json!({ "sku": "over-budget", "name": "X", "price_cents": 1, "initial_stock": 1 });
-    let (status, headers, problem) = send(http.post(url(&limited, "/v1/products")).bearer_auth(&admin).json(&product)).await;
+    let (status, headers, problem) =
+        send(http.post(url(&limited, "/v1/products")).bearer_auth(&admin).json(&product)).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{problem}");
     assert_eq!(headers["content-type"], "application/problem+json");
     let retry_after: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
@@ -316,7 +345,10 @@ async fn the_gateway_refuses_to_start_without_a_signing_key() {
     assert!(message.contains("APP_AUTH__JWT_SECRET") && message.contains("APP_AUTH__JWKS_URL"), "{message}");
 
     settings.auth.jwks_json = Some("not json".into());
-    assert!(gateway::startup::Application::build(settings.clone()).await.is_err(), "a broken JWKS is refused");
+    assert!(
+        gateway::startup::Application::build(settings.clone()).await.is_err(),
+        "a broken JWKS is refused"
+    );
     settings.auth.jwks_json = None;
     settings.auth.enabled = false;
     assert!(gateway::startup::Application::build(settings).await.is_ok(), "auth explicitly disabled");

@@ -22,7 +22,10 @@ pub const RS256_JWKS: &str = include_str!("../fixtures/jwks-rs256-test.json");
 
 /// Seconds since the epoch, `offset` from now.
 pub fn epoch(offset_secs: i64) -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
         + offset_secs
 }
 
@@ -32,7 +35,8 @@ pub fn claims(sub: &str, roles: &[&str]) -> Value {
 }
 
 pub fn sign_hs256(secret: &str, claims: &Value) -> String {
-    encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret.as_bytes())).expect("HS256 signs")
+    encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret.as_bytes()))
+        .expect("HS256 signs")
 }
 
 /// Signs with the fixture RSA key, naming `kid` in the header.

@@ -26,7 +26,8 @@ pub async fn restart_inventory_with_faults(stack: &mut Stack) {
         fault: sagaworks_runtime::fault::FaultSettings { enabled: true },
         ..Default::default()
     };
-    stack.inventory = Running::start_on_same_port::<inventory::startup::Application>("inventory", settings).await;
+    stack.inventory =
+        Running::start_on_same_port::<inventory::startup::Application>("inventory", settings).await;
 }
 
 /// Starts payment on `grpc_port` (where a killed one ran) as soon as the port is free.

@@ -203,7 +203,11 @@ pub async fn start_order(settings: order::config::Settings) -> Running {
 }
 
 /// Gateway settings for tests, with test auth ([`auth::use_test_auth`]).
-pub fn gateway_settings(order_url: &str, inventory_url: &str, payment_url: &str) -> gateway::config::Settings {
+pub fn gateway_settings(
+    order_url: &str,
+    inventory_url: &str,
+    payment_url: &str,
+) -> gateway::config::Settings {
     let mut order = client(order_url);
     // CreateOrder waits for the saga (up to `api.order_wait_ms`).
     order.routes.insert("CreateOrder".into(), 15_000);
@@ -266,8 +270,11 @@ impl Stack {
         let mut headers = reqwest::header::HeaderMap::new();
         let bearer = format!("Bearer {}", auth::admin_token());
         headers.insert(reqwest::header::AUTHORIZATION, bearer.parse().expect("header value"));
-        let http =
-            reqwest::Client::builder().timeout(Duration::from_secs(30)).default_headers(headers).build().unwrap();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .default_headers(headers)
+            .build()
+            .unwrap();
         Self { broker, kafka, order_db, inventory_db, payment_db, inventory, payment, order, gateway, http }
     }
 
@@ -301,7 +308,8 @@ impl Stack {
     /// Creates a product; returns its id.
     pub async fn product(&self, price_cents: i64, stock: i64) -> String {
         let sku = format!("sku-{}", uuid::Uuid::new_v4().simple());
-        let body = json!({ "sku": sku, "name": "Widget", "price_cents": price_cents, "initial_stock": stock });
+        let body =
+            json!({ "sku": sku, "name": "Widget", "price_cents": price_cents, "initial_stock": stock });
         let (status, p) = self.post("/v1/products", body).await;
         assert_eq!(status, StatusCode::CREATED, "{p}");
         p["id"].as_str().unwrap().to_string()
@@ -317,8 +325,10 @@ impl Stack {
 
     /// Places an order as the customer (with the customer's own token).
     pub async fn place(&self, customer: &str, product: &str, quantity: i64) -> (StatusCode, Value) {
-        let body = json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": quantity }] });
-        let req = self.http.post(self.url("/v1/orders")).bearer_auth(auth::customer_token(customer)).json(&body);
+        let body =
+            json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": quantity }] });
+        let req =
+            self.http.post(self.url("/v1/orders")).bearer_auth(auth::customer_token(customer)).json(&body);
         let res = req.send().await.expect("gateway answers");
         let status = res.status();
         (status, res.json().await.unwrap_or(Value::Null))
@@ -352,7 +362,9 @@ pub fn steps(order: &Value) -> Vec<(String, String)> {
         .as_array()
         .map(|s| {
             s.iter()
-                .map(|st| (st["name"].as_str().unwrap().to_string(), st["status"].as_str().unwrap().to_string()))
+                .map(|st| {
+                    (st["name"].as_str().unwrap().to_string(), st["status"].as_str().unwrap().to_string())
+                })
                 .collect()
         })
         .unwrap_or_default()

@@ -177,7 +177,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sw-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("svc.toml");
-        std::fs::write(&file, "name = \"from-file\"\n[http]\nport = 7000\n[database]\nmax_connections = 3\n").unwrap();
+        std::fs::write(&file, "name = \"from-file\"\n[http]\nport = 7000\n[database]\nmax_connections = 3\n")
+            .unwrap();
 
         let s: Sample = load_from(None).unwrap();
         assert_eq!(s, Sample::default());

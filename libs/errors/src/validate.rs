@@ -52,7 +52,10 @@ pub fn text(field: &str, value: &str, max: usize) -> Valid<String> {
 /// An integer within `range`.
 pub fn within(field: &str, value: i64, range: RangeInclusive<i64>) -> Valid<i64> {
     if !range.contains(&value) {
-        return Err(InvalidField::new(field, format!("must be between {} and {}", range.start(), range.end())));
+        return Err(InvalidField::new(
+            field,
+            format!("must be between {} and {}", range.start(), range.end()),
+        ));
     }
     Ok(value)
 }
@@ -103,8 +106,14 @@ mod tests {
         let p = "6b1c3b8e-3c59-4d4e-9a63-0d0f7f1b1a52";
         let lines = order_lines([(p, 2), (p, 3)].into_iter(), 10, 100).unwrap();
         assert_eq!(lines.values().copied().collect::<Vec<_>>(), vec![5]);
-        assert_eq!(order_lines([(p, 1), (p, 0)].into_iter(), 10, 100).unwrap_err().field, "items[1].quantity");
-        assert_eq!(order_lines([(p, 60), (p, 60)].into_iter(), 10, 100).unwrap_err().field, "items[1].quantity");
+        assert_eq!(
+            order_lines([(p, 1), (p, 0)].into_iter(), 10, 100).unwrap_err().field,
+            "items[1].quantity"
+        );
+        assert_eq!(
+            order_lines([(p, 60), (p, 60)].into_iter(), 10, 100).unwrap_err().field,
+            "items[1].quantity"
+        );
         assert_eq!(order_lines([("x", 1)].into_iter(), 10, 100).unwrap_err().field, "items[0].product_id");
         assert_eq!(order_lines(std::iter::empty(), 10, 100).unwrap_err().field, "items");
     }

@@ -481,7 +481,11 @@ impl<H: Handler> Consumer<H> {
 
     /// Handles `msgs` (one worker's, in partition order) in one transaction;
     /// see the module docs.
-    async fn process_batch(&self, msgs: &[OwnedMessage], shutdown: &CancellationToken) -> Result<(), Interrupted> {
+    async fn process_batch(
+        &self,
+        msgs: &[OwnedMessage],
+        shutdown: &CancellationToken,
+    ) -> Result<(), Interrupted> {
         let Ok(events) = msgs.iter().map(ReceivedEvent::from_message).collect::<Result<Vec<_>, _>>() else {
             // A poison message: the one-at-a-time path dead-letters it.
             return self.one_by_one(msgs, shutdown).await;
@@ -499,14 +503,20 @@ impl<H: Handler> Consumer<H> {
             Err(e) => {
                 tracing::debug!(error = %e, messages = msgs.len(), "batch failed; handling its messages one at a time");
                 for span in spans {
-                    span.set_status(Status::error("batch rolled back; the message is handled again on its own"));
+                    span.set_status(Status::error(
+                        "batch rolled back; the message is handled again on its own",
+                    ));
                 }
                 self.one_by_one(msgs, shutdown).await
             }
         }
     }
 
-    async fn one_by_one(&self, msgs: &[OwnedMessage], shutdown: &CancellationToken) -> Result<(), Interrupted> {
+    async fn one_by_one(
+        &self,
+        msgs: &[OwnedMessage],
+        shutdown: &CancellationToken,
+    ) -> Result<(), Interrupted> {
         for msg in msgs {
             self.process(msg, shutdown).await?;
         }
@@ -516,7 +526,11 @@ impl<H: Handler> Consumer<H> {
     /// Inbox rows and handlers of `events` in one transaction: one statement
     /// records every wanted event in the inbox and says which are new; the
     /// handler then gets the new ones ([`Handler::handle_many`]).
-    async fn handle_batch(&self, events: &[ReceivedEvent], spans: &[tracing::Span]) -> Result<Vec<Outcome>, HandlerError> {
+    async fn handle_batch(
+        &self,
+        events: &[ReceivedEvent],
+        spans: &[tracing::Span],
+    ) -> Result<Vec<Outcome>, HandlerError> {
         let db = |e: sqlx::Error| HandlerError::Retryable(format!("database: {e}"));
         let wanted: Vec<&ReceivedEvent> = events.iter().filter(|e| self.handler.wants(e)).collect();
         if wanted.is_empty() {
@@ -580,7 +594,9 @@ impl<H: Handler> Consumer<H> {
         let mut tpl = TopicPartitionList::new();
         let committed = next
             .into_iter()
-            .try_for_each(|((topic, partition), offset)| tpl.add_partition_offset(topic, partition, Offset::Offset(offset)))
+            .try_for_each(|((topic, partition), offset)| {
+                tpl.add_partition_offset(topic, partition, Offset::Offset(offset))
+            })
             .and_then(|()| self.consumer.commit(&tpl, CommitMode::Async));
         if let Err(e) = committed {
             // The messages are redelivered later, which the inbox makes harmless.

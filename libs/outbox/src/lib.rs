@@ -95,7 +95,9 @@ pub use error::OutboxError;
 pub use health::BrokerCheck;
 pub use metrics::OutboxGauges;
 pub use relay::{Relay, RelaySettings};
-pub use writer::{MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxWriter, PENDING_EVENT_PARAMS, PendingEvent};
+pub use writer::{
+    MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxWriter, PENDING_EVENT_PARAMS, PendingEvent,
+};
 
 /// Migrations for the `outbox` and `inbox` tables (share `_sqlx_migrations`
 /// with the service's own; see `sagaworks_runtime::db::migrate`).

@@ -64,7 +64,6 @@
 use crate::backoff::Backoff;
 use crate::kafka::{self, TopicSettings, headers};
 use crate::metrics as m;
-use sagaworks_runtime::db::NO_FLUSH_WAIT;
 use crate::{NOTIFY_CHANNEL, OutboxError};
 use chrono::{DateTime, SecondsFormat, Utc};
 use opentelemetry::trace::Status;
@@ -72,6 +71,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use sagaworks_config::KafkaSettings;
+use sagaworks_runtime::db::NO_FLUSH_WAIT;
 use sagaworks_telemetry::messaging::{KafkaMessage, producer_span};
 use sagaworks_telemetry::propagation::{context_from_traceparent, headers_for};
 use serde::{Deserialize, Serialize};

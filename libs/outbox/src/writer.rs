@@ -72,7 +72,8 @@ impl OutboxWriter {
         // One round trip: the row, and a NOTIFY that PostgreSQL delivers at
         // commit, and only if the transaction commits (several in one
         // transaction are folded into one).
-        static SQL: LazyLock<String> = LazyLock::new(|| format!("WITH {} SELECT 1", PendingEvent::cte("event", 1, None)));
+        static SQL: LazyLock<String> =
+            LazyLock::new(|| format!("WITH {} SELECT 1", PendingEvent::cte("event", 1, None)));
         event.bind(sqlx::query(SQL.as_str())).execute(&mut *conn).await?;
         Ok(id)
     }

@@ -264,7 +264,8 @@ async fn batches_handle_waiting_messages_in_one_transaction_and_fall_back_one_by
         script: Script { permanent: vec![7], fail_attempts: HashMap::from([(9, 2)]) },
         ..Default::default()
     };
-    let settings = ConsumerSettings { batch_size: 16, concurrency: 1, ..consumer_settings("g-batch", &["account"]) };
+    let settings =
+        ConsumerSettings { batch_size: 16, concurrency: 1, ..consumer_settings("g-batch", &["account"]) };
     let consumer = Consumer::new(env.pool.clone(), &env.kafka, settings, handler).unwrap();
     let consumer = Running::spawn(|t| consumer.run(t));
 
@@ -312,17 +313,23 @@ async fn the_consumer_purges_its_groups_expired_inbox_rows() {
         .await
         .unwrap();
     }
-    let consumer = ConsumerSettings { inbox_retention_hours: 24, ..consumer_settings("g-purge", &["account"]) };
+    let consumer =
+        ConsumerSettings { inbox_retention_hours: 24, ..consumer_settings("g-purge", &["account"]) };
     let (_relay, _consumer) = start(&env, relay_settings(), consumer, Recorder::default());
     let pool = env.pool.clone();
     sagaworks_test_support::eventually("the expired rows to go", WAIT, || {
         let pool = pool.clone();
         async move {
-            (count(&pool, "SELECT count(*) FROM inbox WHERE consumer_group = 'g-purge'").await == 1).then_some(())
+            (count(&pool, "SELECT count(*) FROM inbox WHERE consumer_group = 'g-purge'").await == 1)
+                .then_some(())
         }
     })
     .await;
     let kept = count(&env.pool, "SELECT count(*) FROM inbox WHERE consumer_group = 'g-purge' AND processed_at > now() - interval '2 hours'").await;
     assert_eq!(kept, 1, "the row within the retention stays");
-    assert_eq!(count(&env.pool, "SELECT count(*) FROM inbox WHERE consumer_group = 'other'").await, 1, "another group's row stays");
+    assert_eq!(
+        count(&env.pool, "SELECT count(*) FROM inbox WHERE consumer_group = 'other'").await,
+        1,
+        "another group's row stays"
+    );
 }

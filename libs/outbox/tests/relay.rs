@@ -303,7 +303,8 @@ async fn a_pending_event_is_written_by_its_business_statement_only_when_that_wri
     let started = std::time::Instant::now();
     let mut written = vec![];
     for n in [7, 7] {
-        let event = NewEvent::new("account", "acc-1", "AccountDebited", serde_json::json!({ "n": n })).unwrap();
+        let event =
+            NewEvent::new("account", "acc-1", "AccountDebited", serde_json::json!({ "n": n })).unwrap();
         let event = writer.pending(event).unwrap();
         let id = event.id();
         let debited: i64 =
@@ -320,7 +321,10 @@ async fn a_pending_event_is_written_by_its_business_statement_only_when_that_wri
         m.iter().any(|m| header(m, "ce_id") == Some(wanted.as_str()))
     })
     .await;
-    assert!(started.elapsed() < Duration::from_secs(10), "woken by the statement's NOTIFY, not the 60 s poll");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "woken by the statement's NOTIFY, not the 60 s poll"
+    );
     let m = msgs.iter().find(|m| header(m, "ce_id") == Some(first.as_str())).unwrap();
     assert_eq!(m.key(), Some(b"acc-1".as_slice()));
     assert_eq!(header(m, "ce_type"), Some("AccountDebited"));

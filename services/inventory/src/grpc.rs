@@ -4,10 +4,10 @@
 use crate::error::Error;
 type Result<T, E = Error> = std::result::Result<T, E>;
 use crate::stock::{self, NewProduct, Product, Reservation, ReservationStatus};
+use sagaworks_errors::validate::{self, text, uuid, uuid_or_new};
 use sagaworks_outbox::OutboxWriter;
 use sagaworks_proto::inventory::v1 as pb;
 use sagaworks_proto::inventory::v1::inventory_service_server::InventoryService;
-use sagaworks_errors::validate::{self, text, uuid, uuid_or_new};
 use sagaworks_runtime::idempotency;
 use sqlx::PgPool;
 use tonic::{Request, Response, Status};
@@ -71,7 +71,10 @@ pub(crate) fn reservation(r: Reservation) -> pb::Reservation {
 #[tonic::async_trait]
 impl InventoryService for Inventory {
     #[tracing::instrument(skip_all, fields(sku = %request.get_ref().sku))]
-    async fn create_product(&self, request: Request<pb::CreateProductRequest>) -> Result<Response<pb::Product>, Status> {
+    async fn create_product(
+        &self,
+        request: Request<pb::CreateProductRequest>,
+    ) -> Result<Response<pb::Product>, Status> {
         let r = request.into_inner();
         let new = NewProduct {
             id: uuid_or_new("id", &r.id)?,
@@ -89,7 +92,10 @@ impl InventoryService for Inventory {
     }
 
     #[tracing::instrument(skip_all, fields(product_id = %request.get_ref().product_id))]
-    async fn add_stock(&self, request: Request<pb::AddStockRequest>) -> Result<Response<pb::Product>, Status> {
+    async fn add_stock(
+        &self,
+        request: Request<pb::AddStockRequest>,
+    ) -> Result<Response<pb::Product>, Status> {
         let r = request.into_inner();
         let id = uuid("product_id", &r.product_id)?;
         let q = quantity("quantity", r.quantity, false)?;
@@ -101,7 +107,10 @@ impl InventoryService for Inventory {
         Ok(Response::new(res))
     }
 
-    async fn get_stock(&self, request: Request<pb::GetStockRequest>) -> Result<Response<pb::Product>, Status> {
+    async fn get_stock(
+        &self,
+        request: Request<pb::GetStockRequest>,
+    ) -> Result<Response<pb::Product>, Status> {
         let id = uuid("product_id", &request.get_ref().product_id)?;
         let mut conn = self.pool.acquire().await.map_err(Error::from)?;
         Ok(Response::new(product(stock::get_product(&mut conn, id).await?)))

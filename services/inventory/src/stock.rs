@@ -81,7 +81,11 @@ struct ReservationEvent<'a> {
 #[tracing::instrument(name = "db.create", skip_all, fields(
     otel.name = "create products", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
     db.operation.name = "create", db.collection.name = "products"))]
-pub async fn create_product(conn: &mut PgConnection, outbox: &OutboxWriter, p: NewProduct) -> Result<Product> {
+pub async fn create_product(
+    conn: &mut PgConnection,
+    outbox: &OutboxWriter,
+    p: NewProduct,
+) -> Result<Product> {
     let product = sqlx::query_as::<_, Product>(&format!(
         "INSERT INTO products (id, sku, name, price_cents, available) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT DO NOTHING RETURNING {PRODUCT_COLUMNS}"
@@ -105,7 +109,12 @@ pub async fn create_product(conn: &mut PgConnection, outbox: &OutboxWriter, p: N
 #[tracing::instrument(name = "db.add_stock", skip_all, fields(
     otel.name = "add_stock products", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
     db.operation.name = "add_stock", db.collection.name = "products"))]
-pub async fn add_stock(conn: &mut PgConnection, outbox: &OutboxWriter, id: Uuid, quantity: i64) -> Result<Product> {
+pub async fn add_stock(
+    conn: &mut PgConnection,
+    outbox: &OutboxWriter,
+    id: Uuid,
+    quantity: i64,
+) -> Result<Product> {
     let product = sqlx::query_as::<_, Product>(&format!(
         "UPDATE products SET available = available + $2, updated_at = now() WHERE id = $1 RETURNING {PRODUCT_COLUMNS}"
     ))
@@ -217,7 +226,13 @@ pub async fn reserve(
     };
     let event = ReservationEvent { reservation_id, order_id, lines: &lines, total_cents: total };
     outbox.write(conn, NewEvent::new("reservation", reservation_id, "StockReserved", &event)?).await?;
-    Ok(Reservation { id: reservation_id, order_id, status: ReservationStatus::Reserved, lines, total_cents: total })
+    Ok(Reservation {
+        id: reservation_id,
+        order_id,
+        status: ReservationStatus::Reserved,
+        lines,
+        total_cents: total,
+    })
 }
 
 /// Why a reservation moved fewer lines than asked (the first such product,
@@ -284,16 +299,27 @@ pub async fn release(
 #[tracing::instrument(name = "db.commit", skip_all, fields(
     otel.name = "commit reservations", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
     db.operation.name = "commit", db.collection.name = "reservations"))]
-pub async fn commit(conn: &mut PgConnection, outbox: &OutboxWriter, reservation_id: Uuid) -> Result<Reservation> {
-    let mut r = lock_reservation(conn, reservation_id).await?.ok_or(Error::ReservationNotFound(reservation_id))?;
+pub async fn commit(
+    conn: &mut PgConnection,
+    outbox: &OutboxWriter,
+    reservation_id: Uuid,
+) -> Result<Reservation> {
+    let mut r =
+        lock_reservation(conn, reservation_id).await?.ok_or(Error::ReservationNotFound(reservation_id))?;
     match r.status {
         ReservationStatus::Committed => return Ok(r),
         ReservationStatus::Released => return Err(Error::AlreadyReleased(reservation_id)),
         ReservationStatus::Reserved => {}
     }
-    let payload = ReservationEvent { reservation_id, order_id: r.order_id, lines: &r.lines, total_cents: r.total_cents };
+    let payload = ReservationEvent {
+        reservation_id,
+        order_id: r.order_id,
+        lines: &r.lines,
+        total_cents: r.total_cents,
+    };
     let event = outbox.pending(NewEvent::new("reservation", reservation_id, "StockCommitted", &payload)?)?;
-    settle(conn, &r, "sold = p.sold + i.quantity, reserved = p.reserved - i.quantity", "COMMITTED", event).await?;
+    settle(conn, &r, "sold = p.sold + i.quantity, reserved = p.reserved - i.quantity", "COMMITTED", event)
+        .await?;
     r.status = ReservationStatus::Committed;
     Ok(r)
 }

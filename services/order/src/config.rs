@@ -2,8 +2,8 @@
 //! named in `APP_CONFIG_FILE` and `APP_*` variables (see `sagaworks_config`).
 
 use sagaworks_config::{DatabaseSettings, KafkaSettings, ListenSettings, TelemetrySettings};
-use sagaworks_resilience::ClientSettings;
 use sagaworks_outbox::{ConsumerSettings, RelaySettings};
+use sagaworks_resilience::ClientSettings;
 use sagaworks_runtime::fault::FaultSettings;
 use serde::{Deserialize, Serialize};
 

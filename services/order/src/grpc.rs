@@ -115,8 +115,11 @@ impl OrderService for Orders {
     ) -> Result<Response<pb::CreateOrderResponse>, Status> {
         let r = request.into_inner();
         let customer_id = uuid("customer_id", &r.customer_id)?;
-        let items =
-            order_lines(r.items.iter().map(|i| (i.product_id.as_str(), i.quantity)), MAX_ITEMS, MAX_QUANTITY)?;
+        let items = order_lines(
+            r.items.iter().map(|i| (i.product_id.as_str(), i.quantity)),
+            MAX_ITEMS,
+            MAX_QUANTITY,
+        )?;
         // Without a key there is nothing to deduplicate on: every call is new.
         let idempotency_key = if r.idempotency_key.is_empty() {
             format!("generated:{}", uuid::Uuid::new_v4())
@@ -135,7 +138,9 @@ impl OrderService for Orders {
         let settings = self.orchestrator.settings();
         // One statement, atomic on its own: no transaction needed.
         let mut conn = self.pool.acquire().await.map_err(Error::from)?;
-        let created = orders::create(&mut conn, &self.outbox, &new, self.orchestrator.owner(), settings.lease_ms).await?;
+        let created =
+            orders::create(&mut conn, &self.outbox, &new, self.orchestrator.owner(), settings.lease_ms)
+                .await?;
         drop(conn);
         let (order_id, replayed) = match created {
             Created::New { order_id, saga_id, created_at } => {

@@ -79,7 +79,8 @@ pub enum Created {
     Replayed { order_id: Uuid },
 }
 
-const ORDER_COLUMNS: &str = "id, customer_id, status, total_cents, failure_reason, trace_id, created_at, updated_at";
+const ORDER_COLUMNS: &str =
+    "id, customer_id, status, total_cents, failure_reason, trace_id, created_at, updated_at";
 
 /// Inserts the PENDING order, its items, its RUNNING saga (leased to
 /// `owner`) and its `OrderCreated` event, in one statement: outside a
@@ -99,7 +100,8 @@ pub async fn create(
     let trace_id = sagaworks_telemetry::propagation::current_trace_id();
     let products: Vec<Uuid> = new.items.keys().copied().collect();
     let quantities: Vec<i64> = new.items.values().copied().collect();
-    let items: Vec<_> = new.items.iter().map(|(p, q)| serde_json::json!({"product_id": p, "quantity": q})).collect();
+    let items: Vec<_> =
+        new.items.iter().map(|(p, q)| serde_json::json!({"product_id": p, "quantity": q})).collect();
     let payload = serde_json::json!({
         "order_id": order_id, "customer_id": new.customer_id, "items": items, "saga_id": saga_id,
     });
@@ -144,7 +146,11 @@ pub async fn create(
         .bind(&new.idempotency_key)
         .fetch_one(&mut *conn)
         .await?;
-        return if hash == new.request_hash { Ok(Created::Replayed { order_id: id }) } else { Err(Error::KeyReused) };
+        return if hash == new.request_hash {
+            Ok(Created::Replayed { order_id: id })
+        } else {
+            Err(Error::KeyReused)
+        };
     };
     Ok(Created::New { order_id, saga_id, created_at })
 }

@@ -3,9 +3,9 @@
 
 use crate::config::Settings;
 use crate::grpc::Orders;
+use crate::saga::{orchestrator::Orchestrator, worker};
 use crate::timeline::Timeline;
 use sagaworks_outbox::service;
-use crate::saga::{orchestrator::Orchestrator, worker};
 use sagaworks_proto::order::v1::order_service_server::OrderServiceServer;
 use sagaworks_runtime::health::Readiness;
 use sagaworks_runtime::host::{HostError, ServiceHost, Task};

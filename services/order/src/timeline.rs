@@ -17,8 +17,9 @@ struct AboutAnOrder {
 async fn record(tx: &mut PgConnection, events: &[&ReceivedEvent]) -> Result<(), HandlerError> {
     let mut rows = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for event in events {
-        let about: AboutAnOrder =
-            event.json().map_err(|e| HandlerError::Permanent(format!("payload is not a JSON object: {e}")))?;
+        let about: AboutAnOrder = event
+            .json()
+            .map_err(|e| HandlerError::Permanent(format!("payload is not a JSON object: {e}")))?;
         let Some(order_id) = about.order_id else { continue };
         rows.0.push(order_id);
         rows.1.push(event.id);
@@ -48,7 +49,11 @@ async fn record(tx: &mut PgConnection, events: &[&ReceivedEvent]) -> Result<(), 
 }
 
 impl Handler for Timeline {
-    fn handle<'a>(&'a self, tx: &'a mut PgConnection, event: &'a ReceivedEvent) -> BoxFuture<'a, Result<(), HandlerError>> {
+    fn handle<'a>(
+        &'a self,
+        tx: &'a mut PgConnection,
+        event: &'a ReceivedEvent,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
         Box::pin(async move { record(tx, &[event]).await })
     }
 

@@ -36,7 +36,9 @@ impl From<Error> for Status {
             Error::Invalid(e) => e.into(),
             Error::CustomerNotFound(_) => Status::not_found(e.to_string()),
             Error::DuplicateCustomer(_) => Status::already_exists(e.to_string()),
-            Error::InsufficientFunds { .. } | Error::Mismatch(_) => Status::failed_precondition(e.to_string()),
+            Error::InsufficientFunds { .. } | Error::Mismatch(_) => {
+                Status::failed_precondition(e.to_string())
+            }
             Error::AlreadyRefunded(_) => Status::aborted(e.to_string()),
             Error::Outbox(e) => e.into(),
             Error::Db(db) => db_status(db),

@@ -53,7 +53,10 @@ fn payment(p: Payment) -> pb::Payment {
 #[tonic::async_trait]
 impl PaymentService for Payments {
     #[tracing::instrument(skip_all)]
-    async fn create_customer(&self, request: Request<pb::CreateCustomerRequest>) -> Result<Response<pb::Account>, Status> {
+    async fn create_customer(
+        &self,
+        request: Request<pb::CreateCustomerRequest>,
+    ) -> Result<Response<pb::Account>, Status> {
         let r = request.into_inner();
         let id = uuid_or_new("customer_id", &r.customer_id)?;
         let name = text("name", &r.name, 200)?;
@@ -69,19 +72,27 @@ impl PaymentService for Payments {
     }
 
     #[tracing::instrument(skip_all, fields(customer_id = %request.get_ref().customer_id))]
-    async fn add_credit(&self, request: Request<pb::AddCreditRequest>) -> Result<Response<pb::Account>, Status> {
+    async fn add_credit(
+        &self,
+        request: Request<pb::AddCreditRequest>,
+    ) -> Result<Response<pb::Account>, Status> {
         let r = request.into_inner();
         let id = uuid("customer_id", &r.customer_id)?;
         let amount = within("amount_cents", r.amount_cents, 1..=MAX_AMOUNT)?;
         let outbox = self.outbox.clone();
         let res = idempotency::run_once(&self.pool, &r.idempotency_key, &r, move |conn| {
-            Box::pin(async move { Ok::<_, Error>(account(ledger::add_credit(conn, &outbox, id, amount).await?)) })
+            Box::pin(
+                async move { Ok::<_, Error>(account(ledger::add_credit(conn, &outbox, id, amount).await?)) },
+            )
         })
         .await?;
         Ok(Response::new(res))
     }
 
-    async fn get_account(&self, request: Request<pb::GetAccountRequest>) -> Result<Response<pb::Account>, Status> {
+    async fn get_account(
+        &self,
+        request: Request<pb::GetAccountRequest>,
+    ) -> Result<Response<pb::Account>, Status> {
         let id = uuid("customer_id", &request.get_ref().customer_id)?;
         let mut conn = self.pool.acquire().await.map_err(Error::from)?;
         Ok(Response::new(account(ledger::get_account(&mut conn, id).await?)))

@@ -69,7 +69,8 @@ pub async fn open_account(
     .fetch_optional(&mut *conn)
     .await?
     .ok_or(Error::DuplicateCustomer(customer_id))?;
-    let event = serde_json::json!({ "customer_id": customer_id, "name": name, "initial_credit_cents": credit });
+    let event =
+        serde_json::json!({ "customer_id": customer_id, "name": name, "initial_credit_cents": credit });
     outbox.write(conn, NewEvent::new("account", customer_id, "AccountOpened", event)?).await?;
     Ok(account)
 }
@@ -77,7 +78,12 @@ pub async fn open_account(
 #[tracing::instrument(name = "db.credit", skip_all, fields(
     otel.name = "credit accounts", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
     db.operation.name = "credit", db.collection.name = "accounts"))]
-pub async fn add_credit(conn: &mut PgConnection, outbox: &OutboxWriter, customer_id: Uuid, amount: i64) -> Result<Account> {
+pub async fn add_credit(
+    conn: &mut PgConnection,
+    outbox: &OutboxWriter,
+    customer_id: Uuid,
+    amount: i64,
+) -> Result<Account> {
     let account = sqlx::query_as::<_, Account>(&format!(
         "UPDATE accounts SET balance_cents = balance_cents + $2, updated_at = now()
          WHERE customer_id = $1 RETURNING {ACCOUNT_COLUMNS}"
@@ -131,7 +137,9 @@ pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -
     if let Some(existing) = lock_payment(conn, c.payment_id).await? {
         return match existing.status {
             PaymentStatus::Voided | PaymentStatus::Refunded => Err(Error::AlreadyRefunded(c.payment_id)),
-            PaymentStatus::Charged if existing.customer_id != c.customer_id || existing.amount_cents != c.amount_cents => {
+            PaymentStatus::Charged
+                if existing.customer_id != c.customer_id || existing.amount_cents != c.amount_cents =>
+            {
                 Err(Error::Mismatch(c.payment_id))
             }
             PaymentStatus::Charged => Ok(existing),
@@ -144,7 +152,8 @@ pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -
         amount_cents: c.amount_cents,
         status: PaymentStatus::Charged,
     };
-    let event = outbox.pending(NewEvent::new("payment", payment.id, "PaymentCharged", payment_event(&payment))?)?;
+    let event =
+        outbox.pending(NewEvent::new("payment", payment.id, "PaymentCharged", payment_event(&payment))?)?;
     // One round trip: take the money, record the payment and its event, or none of them.
     let sql = format!(
         "WITH debit AS (
@@ -156,7 +165,8 @@ pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -
          SELECT $3, customer_id, $4, $2, 'CHARGED' FROM debit",
         PendingEvent::cte("event", 5, Some("debit")),
     );
-    let query = sqlx::query(&sql).bind(c.customer_id).bind(c.amount_cents).bind(c.payment_id).bind(c.order_id);
+    let query =
+        sqlx::query(&sql).bind(c.customer_id).bind(c.amount_cents).bind(c.payment_id).bind(c.order_id);
     let charged = event.bind(query).execute(&mut *conn).await?.rows_affected();
     if charged == 0 {
         let account = get_account(conn, c.customer_id).await?;
@@ -201,11 +211,13 @@ pub async fn refund(
     if payment.status != PaymentStatus::Charged {
         return Ok(payment);
     }
-    sqlx::query("UPDATE accounts SET balance_cents = balance_cents + $2, updated_at = now() WHERE customer_id = $1")
-        .bind(payment.customer_id)
-        .bind(payment.amount_cents)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query(
+        "UPDATE accounts SET balance_cents = balance_cents + $2, updated_at = now() WHERE customer_id = $1",
+    )
+    .bind(payment.customer_id)
+    .bind(payment.amount_cents)
+    .execute(&mut *conn)
+    .await?;
     sqlx::query("UPDATE payments SET status = 'REFUNDED', updated_at = now() WHERE id = $1")
         .bind(payment_id)
         .execute(&mut *conn)

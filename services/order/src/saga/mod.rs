@@ -34,8 +34,13 @@ pub enum Step {
 }
 
 impl Step {
-    pub const ALL: [Step; 5] =
-        [Step::ReserveStock, Step::ChargePayment, Step::ConfirmOrder, Step::RefundPayment, Step::ReleaseStock];
+    pub const ALL: [Step; 5] = [
+        Step::ReserveStock,
+        Step::ChargePayment,
+        Step::ConfirmOrder,
+        Step::RefundPayment,
+        Step::ReleaseStock,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -89,10 +94,16 @@ pub fn transition(step: Step, outcome: &StepOutcome) -> Transition {
     match (step, outcome) {
         (Step::ReserveStock, Succeeded) => Transition::Next(Step::ChargePayment),
         (Step::ReserveStock, Rejected(r)) => Transition::Cancel { reason: r.clone() },
-        (Step::ReserveStock, Failed(r)) => Transition::Compensate { first: Step::ReleaseStock, reason: r.clone() },
+        (Step::ReserveStock, Failed(r)) => {
+            Transition::Compensate { first: Step::ReleaseStock, reason: r.clone() }
+        }
         (Step::ChargePayment, Succeeded) => Transition::Next(Step::ConfirmOrder),
-        (Step::ChargePayment, Rejected(r)) => Transition::Compensate { first: Step::ReleaseStock, reason: r.clone() },
-        (Step::ChargePayment, Failed(r)) => Transition::Compensate { first: Step::RefundPayment, reason: r.clone() },
+        (Step::ChargePayment, Rejected(r)) => {
+            Transition::Compensate { first: Step::ReleaseStock, reason: r.clone() }
+        }
+        (Step::ChargePayment, Failed(r)) => {
+            Transition::Compensate { first: Step::RefundPayment, reason: r.clone() }
+        }
         (Step::ConfirmOrder, Succeeded) => Transition::Complete,
         // Confirming is local; a failure there is a database hiccup.
         (Step::ConfirmOrder, _) => Transition::Retry,

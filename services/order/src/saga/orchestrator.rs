@@ -201,7 +201,11 @@ impl Orchestrator {
     /// Drives saga `id` (leased to this replica) until it finishes, must wait
     /// for a retry, or `stop` is set. Runs in the caller's span (the worker's
     /// `saga` span, parented on the order's trace).
-    pub async fn drive(&self, id: Uuid, stop: &tokio_util::sync::CancellationToken) -> Result<Driven, DriveError> {
+    pub async fn drive(
+        &self,
+        id: Uuid,
+        stop: &tokio_util::sync::CancellationToken,
+    ) -> Result<Driven, DriveError> {
         let state = self.load(id).await?;
         self.drive_from(id, state, stop).await
     }
@@ -255,13 +259,16 @@ impl Orchestrator {
             }
             self.crash_at(CrashPoint::Before(step))?;
             let span = step_span(step);
-            let (next, finished) = self.turn(id, step, &mut state, begun, &span).instrument(span.clone()).await?;
+            let (next, finished) =
+                self.turn(id, step, &mut state, begun, &span).instrument(span.clone()).await?;
             match next {
                 Transition::Retry => return Ok(Driven::Deferred),
                 Transition::Complete | Transition::Cancel { .. } | Transition::Compensated => {
-                    let outcome = if matches!(next, Transition::Complete) { "confirmed" } else { "cancelled" };
+                    let outcome =
+                        if matches!(next, Transition::Complete) { "confirmed" } else { "cancelled" };
                     let elapsed = (finished - state.created_at).to_std().unwrap_or_default();
-                    metrics::histogram!("saga_duration_seconds", "outcome" => outcome).record(elapsed.as_secs_f64());
+                    metrics::histogram!("saga_duration_seconds", "outcome" => outcome)
+                        .record(elapsed.as_secs_f64());
                     metrics::counter!("sagas_finished_total", "outcome" => outcome).increment(1);
                     return Ok(Driven::Finished);
                 }
@@ -294,7 +301,8 @@ impl Orchestrator {
             result
         };
         record_outcome(span, &outcome);
-        metrics::counter!("saga_steps_total", "step" => step.as_str(), "result" => label(&outcome)).increment(1);
+        metrics::counter!("saga_steps_total", "step" => step.as_str(), "result" => label(&outcome))
+            .increment(1);
         let next = transition(step, &outcome);
         let finished = self.apply(id, step, state, &outcome, &next, reservation.as_ref()).await?;
         self.crash_at(CrashPoint::AfterCommit(step))?;
@@ -344,13 +352,13 @@ impl Orchestrator {
              RETURNING attempts, started_at"
         );
         sqlx::query_as(&sql)
-        .bind(id)
-        .bind(&self.inner.owner)
-        .bind(self.lease_secs())
-        .bind(step.as_str())
-        .fetch_optional(&self.inner.pool)
-        .await?
-        .ok_or(DriveError::LeaseLost(id))
+            .bind(id)
+            .bind(&self.inner.owner)
+            .bind(self.lease_secs())
+            .bind(step.as_str())
+            .fetch_optional(&self.inner.pool)
+            .await?
+            .ok_or(DriveError::LeaseLost(id))
     }
 
     /// Gives the saga back to the worker pool, runnable after `delay`.
@@ -398,7 +406,10 @@ impl Orchestrator {
                     order_id,
                     items: items
                         .iter()
-                        .map(|(product, quantity)| inv::ReserveItem { product_id: product.to_string(), quantity: *quantity })
+                        .map(|(product, quantity)| inv::ReserveItem {
+                            product_id: product.to_string(),
+                            quantity: *quantity,
+                        })
                         .collect(),
                 };
                 self.inner.inventory.clone().reserve_stock(request).await.map(|r| Some(r.into_inner()))
@@ -415,12 +426,17 @@ impl Orchestrator {
             }
             Step::ConfirmOrder => Ok(None),
             Step::RefundPayment => {
-                let request = pay::RefundRequest { idempotency_key: key, payment_id: id.to_string(), order_id, reason };
+                let request =
+                    pay::RefundRequest { idempotency_key: key, payment_id: id.to_string(), order_id, reason };
                 self.inner.payment.clone().refund(request).await.map(|_| None)
             }
             Step::ReleaseStock => {
-                let request =
-                    inv::ReleaseReservationRequest { idempotency_key: key, reservation_id: id.to_string(), order_id, reason };
+                let request = inv::ReleaseReservationRequest {
+                    idempotency_key: key,
+                    reservation_id: id.to_string(),
+                    order_id,
+                    reason,
+                };
                 self.inner.inventory.clone().release_reservation(request).await.map(|_| None)
             }
         };
@@ -448,8 +464,12 @@ impl Orchestrator {
         let commit = Commit::new(&self.inner.settings, step, state, outcome, next, reservation);
         let event = match next {
             Transition::Complete => Some(("OrderConfirmed", serde_json::json!({}))),
-            Transition::Cancel { reason } => Some(("OrderCancelled", serde_json::json!({ "reason": reason }))),
-            Transition::Compensated => Some(("OrderCancelled", serde_json::json!({ "reason": commit.order_reason }))),
+            Transition::Cancel { reason } => {
+                Some(("OrderCancelled", serde_json::json!({ "reason": reason })))
+            }
+            Transition::Compensated => {
+                Some(("OrderCancelled", serde_json::json!({ "reason": commit.order_reason })))
+            }
             _ => None,
         };
         let event = match event {
@@ -462,7 +482,12 @@ impl Orchestrator {
                 if let (Some(p), serde_json::Value::Object(extra)) = (payload.as_object_mut(), extra) {
                     p.extend(extra);
                 }
-                Some(self.inner.outbox.pending(NewEvent::new("order", state.order_id, event_type, payload)?)?)
+                Some(self.inner.outbox.pending(NewEvent::new(
+                    "order",
+                    state.order_id,
+                    event_type,
+                    payload,
+                )?)?)
             }
         };
         // One statement, with the event when there is one: atomic without a transaction.
@@ -765,7 +790,10 @@ mod tests {
 
     #[test]
     fn crash_points_parse() {
-        assert_eq!(CrashPoint::parse("after_call:charge_payment"), Some(CrashPoint::AfterCall(Step::ChargePayment)));
+        assert_eq!(
+            CrashPoint::parse("after_call:charge_payment"),
+            Some(CrashPoint::AfterCall(Step::ChargePayment))
+        );
         assert_eq!(CrashPoint::parse("before:reserve_stock"), Some(CrashPoint::Before(Step::ReserveStock)));
         assert_eq!(CrashPoint::parse("sometime:reserve_stock"), None);
         assert_eq!(CrashPoint::parse("before:nap"), None);
@@ -774,9 +802,17 @@ mod tests {
     #[test]
     fn business_codes_are_rejections_and_transport_trouble_is_a_failure() {
         let s = tonic::Status::failed_precondition("insufficient stock");
-        assert!(matches!(classify(Step::ReserveStock, &s), StepOutcome::Rejected(m) if m.contains("insufficient stock")));
-        assert!(matches!(classify(Step::ChargePayment, &tonic::Status::unavailable("x")), StepOutcome::Failed(_)));
-        assert!(matches!(classify(Step::ChargePayment, &tonic::Status::deadline_exceeded("x")), StepOutcome::Failed(_)));
+        assert!(
+            matches!(classify(Step::ReserveStock, &s), StepOutcome::Rejected(m) if m.contains("insufficient stock"))
+        );
+        assert!(matches!(
+            classify(Step::ChargePayment, &tonic::Status::unavailable("x")),
+            StepOutcome::Failed(_)
+        ));
+        assert!(matches!(
+            classify(Step::ChargePayment, &tonic::Status::deadline_exceeded("x")),
+            StepOutcome::Failed(_)
+        ));
     }
 
     /// A status as the resilience stack returns it, marked `x-sagaworks-sent`.
@@ -793,9 +829,13 @@ mod tests {
     #[test]
     fn a_forward_call_that_was_never_sent_had_no_effect() {
         let refused = from_stack(tonic::Status::unavailable("connection refused"), "no");
-        assert!(matches!(classify(Step::ChargePayment, &refused), StepOutcome::Rejected(m) if m.contains("not sent")));
+        assert!(
+            matches!(classify(Step::ChargePayment, &refused), StepOutcome::Rejected(m) if m.contains("not sent"))
+        );
         let open_no = from_stack(open(), "no");
-        assert!(matches!(classify(Step::ChargePayment, &open_no), StepOutcome::Rejected(m) if m.contains("circuit open")));
+        assert!(
+            matches!(classify(Step::ChargePayment, &open_no), StepOutcome::Rejected(m) if m.contains("circuit open"))
+        );
         let full = from_stack(Rejection::BulkheadFull.to_status("inventory"), "no");
         assert!(matches!(classify(Step::ReserveStock, &full), StepOutcome::Rejected(_)));
     }
@@ -804,9 +844,13 @@ mod tests {
     fn a_call_that_may_have_been_sent_may_have_had_an_effect() {
         // The breaker opened after an attempt that timed out: that one may have arrived.
         let open_maybe = from_stack(open(), "maybe");
-        assert!(matches!(classify(Step::ChargePayment, &open_maybe), StepOutcome::Failed(m) if m.contains("circuit open")));
+        assert!(
+            matches!(classify(Step::ChargePayment, &open_maybe), StepOutcome::Failed(m) if m.contains("circuit open"))
+        );
         let timeout = from_stack(Rejection::Timeout.to_status("inventory"), "maybe");
-        assert!(matches!(classify(Step::ReserveStock, &timeout), StepOutcome::Failed(m) if m.contains("timed out")));
+        assert!(
+            matches!(classify(Step::ReserveStock, &timeout), StepOutcome::Failed(m) if m.contains("timed out"))
+        );
         let answered = from_stack(tonic::Status::unavailable("shutting down"), "maybe");
         assert!(matches!(classify(Step::ChargePayment, &answered), StepOutcome::Failed(_)));
         // Unmarked (not from the stack): the safe side.
