@@ -10,6 +10,7 @@
 //! * [`serve`] — HTTP and gRPC servers with graceful shutdown.
 //! * [`shutdown`] — a cancellation token fired by SIGTERM or Ctrl-C.
 //! * [`idempotency`] — at-most-once execution of mutating calls per key.
+//! * [`watchdog`] — logs and counts runtime stalls (a task blocking a worker thread).
 
 pub mod db;
 pub mod fault;
@@ -19,6 +20,7 @@ pub mod idempotency;
 pub mod metrics;
 pub mod serve;
 pub mod shutdown;
+pub mod watchdog;
 
 use sagaworks_config::ListenSettings;
 use tokio::net::TcpListener;

@@ -5,6 +5,8 @@ async fn main() -> anyhow::Result<()> {
     let settings: payment::config::Settings = sagaworks_config::load()?;
     let telemetry = sagaworks_telemetry::init("payment", env!("CARGO_PKG_VERSION"), &settings.telemetry)?;
     let shutdown = sagaworks_runtime::shutdown::on_signal();
+    // Logs and counts stalls of the runtime (a task blocking a worker thread).
+    sagaworks_runtime::watchdog::spawn()?;
     let app = payment::startup::Application::build(settings).await?;
     tracing::info!(grpc = app.grpc_port(), http = app.http_port(), "payment listening");
     let result = app.run_until_stopped(shutdown).await;
