@@ -140,7 +140,8 @@ mod tests {
     /// stall is reported while it lasts, then its end.
     #[test]
     fn a_blocked_worker_is_reported_while_it_lasts_and_when_it_ends() {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let (tx, rx) = mpsc::channel();
         runtime.block_on(async {
             spawn_with(Duration::from_millis(500), move |stall| {
@@ -152,7 +153,10 @@ mod tests {
             let started = Instant::now();
             blocked.await.unwrap();
             let (first, at) = rx.recv_timeout(Duration::from_secs(5)).expect("a report");
-            assert!(matches!(first, Stall::Started { late } if late > Duration::from_millis(500)), "{first:?}");
+            assert!(
+                matches!(first, Stall::Started { late } if late > Duration::from_millis(500)),
+                "{first:?}"
+            );
             assert!(at < started + Duration::from_millis(1500), "reported during the stall, not after it");
             let (second, _) = rx.recv_timeout(Duration::from_secs(5)).expect("the end of the stall");
             assert!(matches!(second, Stall::Ended { .. }), "{second:?}");
@@ -164,7 +168,8 @@ mod tests {
     /// ends with the runtime.
     #[test]
     fn an_idle_runtime_is_never_reported_and_the_thread_ends_with_it() {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let (tx, rx) = mpsc::channel();
         runtime.block_on(async {
             spawn_with(Duration::from_millis(500), move |stall| {
