@@ -132,18 +132,14 @@ async fn openapi_document_describes_every_route() {
 #[tokio::test]
 async fn readiness_follows_the_database() {
     let stack = Stack::start().await;
-    let ready = |port: u16| {
-        let http = stack.http.clone();
-        async move { http.get(format!("http://127.0.0.1:{port}/health/ready")).send().await.unwrap() }
+    // GET one of inventory's health routes.
+    let health = |route: &'static str| {
+        let (http, port) = (stack.http.clone(), stack.inventory.http_port);
+        async move { http.get(format!("http://127.0.0.1:{port}/health/{route}")).send().await.unwrap() }
     };
-    let res = ready(stack.inventory.http_port).await;
+    let res = health("ready").await;
     assert_eq!(res.status(), StatusCode::OK);
-    let live = stack
-        .http
-        .get(format!("http://127.0.0.1:{}/health/live", stack.inventory.http_port))
-        .send()
-        .await
-        .unwrap();
+    let live = health("live").await;
     assert_eq!(live.status(), StatusCode::OK);
 
     // Take inventory's database away: connections are terminated and new ones refused.
@@ -158,16 +154,11 @@ async fn readiness_follows_the_database() {
         .execute(&admin)
         .await
         .unwrap();
-    let res = ready(stack.inventory.http_port).await;
+    let res = health("ready").await;
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body: serde_json::Value = res.json().await.unwrap();
     assert!(body["checks"]["database"]["error"].is_string(), "{body}");
-    let live = stack
-        .http
-        .get(format!("http://127.0.0.1:{}/health/live", stack.inventory.http_port))
-        .send()
-        .await
-        .unwrap();
+    let live = health("live").await;
     assert_eq!(live.status(), StatusCode::OK, "still live");
 
     sqlx::query(&format!(r#"ALTER DATABASE "{db}" WITH ALLOW_CONNECTIONS true"#))
@@ -175,7 +166,7 @@ async fn readiness_follows_the_database() {
         .await
         .unwrap();
     sagaworks_test_support::eventually("ready again", std::time::Duration::from_secs(10), || async {
-        (ready(stack.inventory.http_port).await.status() == StatusCode::OK).then_some(())
+        (health("ready").await.status() == StatusCode::OK).then_some(())
     })
     .await;
 }

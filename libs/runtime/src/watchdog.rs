@@ -136,10 +136,9 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
-    /// A one-worker runtime whose only worker a task blocks for 1.5 s: the
-    /// stall is reported while it lasts, then its end.
-    #[test]
-    fn a_blocked_worker_is_reported_while_it_lasts_and_when_it_ends() {
+    /// A runtime with one worker, watched with a 500 ms threshold; the
+    /// reports arrive on the receiver with the time they were made.
+    fn watched_runtime() -> (tokio::runtime::Runtime, mpsc::Receiver<(Stall, Instant)>) {
         let runtime =
             tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let (tx, rx) = mpsc::channel();
@@ -148,6 +147,16 @@ mod tests {
                 let _ = tx.send((stall, Instant::now()));
             })
             .unwrap();
+        });
+        (runtime, rx)
+    }
+
+    /// A task blocks the only worker for 1.5 s: the stall is reported while
+    /// it lasts, then its end.
+    #[test]
+    fn a_blocked_worker_is_reported_while_it_lasts_and_when_it_ends() {
+        let (runtime, rx) = watched_runtime();
+        runtime.block_on(async {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let blocked = tokio::spawn(async { std::thread::sleep(Duration::from_millis(1500)) });
             let started = Instant::now();
@@ -168,16 +177,8 @@ mod tests {
     /// ends with the runtime.
     #[test]
     fn an_idle_runtime_is_never_reported_and_the_thread_ends_with_it() {
-        let runtime =
-            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let (tx, rx) = mpsc::channel();
-        runtime.block_on(async {
-            spawn_with(Duration::from_millis(500), move |stall| {
-                let _ = tx.send(stall);
-            })
-            .unwrap();
-            tokio::time::sleep(Duration::from_millis(1500)).await;
-        });
+        let (runtime, rx) = watched_runtime();
+        runtime.block_on(async { tokio::time::sleep(Duration::from_millis(1500)).await });
         drop(runtime);
         // The sender lives in the thread: disconnected = the thread ended.
         match rx.recv_timeout(Duration::from_secs(2)) {
