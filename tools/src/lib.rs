@@ -8,6 +8,7 @@
 //! * [`check`]: the invariants a run must keep (orders terminal, stock
 //!   conserved, money balanced, every event on Kafka exactly once after dedup).
 //! * [`token`]: bearer tokens for the gateway (fixed, or minted with its HS256 secret).
+//! * [`cpu`]: the machine's busy CPU time, for the CPU a saga costs.
 //! * [`pg`]: connections to the service databases and the server's commit counter.
 //!
 //! The binary (`sagaworks-tools seed|load|check`) wires them to flags.
@@ -15,6 +16,7 @@
 pub mod api;
 pub mod args;
 pub mod check;
+pub mod cpu;
 pub mod error;
 pub mod fixture;
 pub mod load;

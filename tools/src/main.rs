@@ -3,6 +3,7 @@
 use sagaworks_config::KafkaSettings;
 use sagaworks_tools::args::Flags;
 use sagaworks_tools::check::{self, Verdict};
+use sagaworks_tools::cpu::CpuTimes;
 use sagaworks_tools::load::{self, LoadPlan};
 use sagaworks_tools::pg::{self, Databases};
 use sagaworks_tools::{Api, Fixture, SeedPlan, Tokens, ToolError};
@@ -72,7 +73,9 @@ async fn run_load(mut flags: Flags) -> Result<ExitCode, ToolError> {
 
     let admin = pg::connect(&pg_admin, "postgres").await?;
     let commits_before = pg::server_commits(&admin).await?;
+    let cpu_before = CpuTimes::read();
     let mut report = load::run(api, fixture, plan.clone()).await?;
+    let cpu = cpu_before.zip(CpuTimes::read()).map(|(before, after)| after.since(&before));
     // pg_stat_database is flushed about once a second.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let commits = pg::server_commits(&admin).await? - commits_before;
@@ -113,6 +116,14 @@ async fn run_load(mut flags: Flags) -> Result<ExitCode, ToolError> {
         commits as f64 / secs,
         commits as f64 / completed
     );
+    if let Some(cpu) = cpu {
+        println!(
+            "  machine CPU during the run: {:.0}% of {} cores busy; {:.2} ms of CPU per completed saga (every process, this generator too)",
+            100.0 * cpu.busy_fraction,
+            cpu.cores,
+            1e3 * cpu.busy_secs / completed
+        );
+    }
     if let Some(tps) = ceiling {
         println!(
             "  commit ceiling (pgbench, same server): {tps:.0} tps; sagas/s = {:.1}% of it; commit rate = {:.0}% of it",
