@@ -11,7 +11,7 @@
 //! 1. claims *aggregate heads*: rows that are the oldest unpublished row of
 //!    their aggregate, `ORDER BY seq LIMIT batch_size FOR UPDATE SKIP LOCKED`;
 //! 2. reads the unpublished rows of the claimed aggregates in `seq` order
-//!    (at most `2 * batch_size`);
+//!    (at most `2 * batch_size`), in the same statement as step 1;
 //! 3. enqueues them all on an idempotent producer (`enable.idempotence`,
 //!    `acks=all`) in that order and awaits every ack; librdkafka keeps the
 //!    order within a partition, and one aggregate is one key, so one partition;
@@ -33,9 +33,11 @@
 //! PostgreSQL re-checks the locked row's new version (`published_at IS NULL`
 //! is now false) and drops it, while the later rows still fail `NOT EXISTS`
 //! against the old snapshot. So at most one relay sends a given aggregate at a
-//! time, and always starting at its oldest unpublished event. Rows committed
-//! between steps 1 and 2 are later than the head (seq = commit order), so
-//! reading them in step 2 keeps the prefix contiguous.
+//! time, and always starting at its oldest unpublished event. Steps 1 and 2
+//! share one snapshot: of each claimed aggregate they read the unpublished
+//! rows it shows, from the head on; rows committed after it are later than
+//! all of those (seq = commit order) and wait for the next batch, so the
+//! prefix stays contiguous.
 //!
 //! # Tracing
 //!
@@ -272,34 +274,32 @@ impl Relay {
     async fn publish_batch(&mut self) -> Result<BatchOutcome, OutboxError> {
         let limit = self.settings.batch_size.max(1);
         let mut tx = self.pool.begin().await?;
-        let heads: Vec<String> = sqlx::query_scalar(
-            "SELECT o.aggregate_id FROM outbox o
-             WHERE o.published_at IS NULL
-               AND NOT EXISTS (SELECT 1 FROM outbox p
-                               WHERE p.aggregate_id = o.aggregate_id
-                                 AND p.published_at IS NULL AND p.seq < o.seq)
-             ORDER BY o.seq LIMIT $1
-             FOR UPDATE SKIP LOCKED",
-        )
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
-        if heads.is_empty() {
-            tx.commit().await?;
-            return Ok(BatchOutcome::default());
-        }
         let rows_limit = limit.saturating_mul(2);
+        // Steps 1 and 2 in one statement (one snapshot, one round trip).
         let rows: Vec<Row> = sqlx::query_as(
-            "SELECT seq, id, aggregate_type, aggregate_id, event_type, schema_version, source,
+            "WITH heads AS MATERIALIZED (
+                 SELECT o.aggregate_id FROM outbox o
+                 WHERE o.published_at IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM outbox p
+                                   WHERE p.aggregate_id = o.aggregate_id
+                                     AND p.published_at IS NULL AND p.seq < o.seq)
+                 ORDER BY o.seq LIMIT $1
+                 FOR UPDATE SKIP LOCKED)
+             SELECT seq, id, aggregate_type, aggregate_id, event_type, schema_version, source,
                     content_type, payload, traceparent, tracestate, created_at
              FROM outbox
-             WHERE published_at IS NULL AND aggregate_id = ANY($1)
+             WHERE published_at IS NULL AND aggregate_id IN (SELECT aggregate_id FROM heads)
              ORDER BY seq LIMIT $2",
         )
-        .bind(&heads)
+        .bind(limit)
         .bind(rows_limit)
         .fetch_all(&mut *tx)
         .await?;
+        if rows.is_empty() {
+            tx.commit().await?;
+            return Ok(BatchOutcome::default());
+        }
+        let heads = rows.iter().map(|r| r.aggregate_id.as_str()).collect::<HashSet<_>>().len();
         self.ensure_topics(&rows).await?;
 
         let acked = self.send_all(&rows).await;
@@ -325,7 +325,7 @@ impl Relay {
             .increment(done.len() as u64);
         m_error(service, acked.iter().filter(|ok| !**ok).count() as u64);
         Ok(BatchOutcome {
-            full: heads.len() as i64 == limit || rows.len() as i64 == rows_limit,
+            full: heads as i64 == limit || rows.len() as i64 == rows_limit,
             published: done.len(),
             failed,
         })
