@@ -136,17 +136,22 @@ impl OrderService for Orders {
             traceparent: sagaworks_telemetry::propagation::current_traceparent(),
         };
         let settings = self.orchestrator.settings();
+        // Taken first: a saga this replica will drive at once gets its first
+        // attempt recorded with the order.
+        let permit = self.orchestrator.permits().try_acquire_owned().ok();
         // One statement, atomic on its own: no transaction needed.
         let mut conn = self.pool.acquire().await.map_err(Error::from)?;
+        let owner = self.orchestrator.owner();
         let created =
-            orders::create(&mut conn, &self.outbox, &new, self.orchestrator.owner(), settings.lease_ms)
-                .await?;
+            orders::create(&mut conn, &self.outbox, &new, owner, settings.lease_ms, permit.is_some()).await?;
         drop(conn);
         let (order_id, replayed) = match created {
             Created::New { order_id, saga_id, created_at } => {
                 let wait = Duration::from_millis(u64::from(r.wait_millis).min(settings.max_wait_ms));
-                let saga = NewSaga { saga_id, order_id, customer_id, created_at, items: new.items };
-                worker::start(&self.orchestrator, saga, wait, &self.shutdown).await;
+                let first_attempt = permit.is_some();
+                let saga =
+                    NewSaga { saga_id, order_id, customer_id, created_at, items: new.items, first_attempt };
+                worker::start(&self.orchestrator, saga, permit, wait, &self.shutdown).await;
                 (order_id, false)
             }
             Created::Replayed { order_id } => (order_id, true),

@@ -84,7 +84,10 @@ const ORDER_COLUMNS: &str =
 
 /// Inserts the PENDING order, its items, its RUNNING saga (leased to
 /// `owner`) and its `OrderCreated` event, in one statement: outside a
-/// transaction it commits all of them or nothing.
+/// transaction it commits all of them or nothing. With `first_attempt`
+/// (the caller drives the saga right away) the statement also records the
+/// first attempt of the saga's first step, which the driver would otherwise
+/// record in a statement of its own; the step's clock starts with the order.
 #[tracing::instrument(name = "db.create", skip_all, fields(
     otel.name = "create orders", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
     db.operation.name = "create", db.collection.name = "orders"))]
@@ -94,6 +97,7 @@ pub async fn create(
     new: &NewOrder,
     owner: &str,
     lease_ms: u64,
+    first_attempt: bool,
 ) -> Result<Created> {
     let order_id = Uuid::now_v7();
     let saga_id = Uuid::now_v7();
@@ -120,9 +124,12 @@ pub async fn create(
              INSERT INTO sagas (id, order_id, status, current_step, lease_owner, lease_expires_at)
              SELECT $8, o.id, 'RUNNING', $9, $10, now() + make_interval(secs => $11) FROM o
              RETURNING created_at),
+         step AS (
+             INSERT INTO saga_steps (saga_id, name, status, attempts)
+             SELECT $8, $9, 'RUNNING', 1 FROM saga WHERE $13),
          {}
          SELECT created_at FROM saga",
-        PendingEvent::cte("event", 13, Some("o")),
+        PendingEvent::cte("event", 14, Some("o")),
     );
     let query = sqlx::query_scalar(&sql)
         .bind(order_id)
@@ -136,7 +143,8 @@ pub async fn create(
         .bind(Step::ReserveStock.as_str())
         .bind(owner)
         .bind(lease_ms as f64 / 1000.0)
-        .bind(&new.traceparent);
+        .bind(&new.traceparent)
+        .bind(first_attempt);
     let created: Option<DateTime<Utc>> = event.bind(query).fetch_optional(&mut *conn).await?;
     let Some(created_at) = created else {
         let (id, hash) = sqlx::query_as::<_, (Uuid, Vec<u8>)>(

@@ -106,6 +106,8 @@ pub struct NewSaga {
     pub created_at: DateTime<Utc>,
     /// Product id -> quantity.
     pub items: std::collections::BTreeMap<Uuid, i64>,
+    /// `CreateOrder` recorded the first step's first attempt (at `created_at`).
+    pub first_attempt: bool,
 }
 
 /// A saga as its driver knows it: read once, then kept equal to what each
@@ -207,7 +209,7 @@ impl Orchestrator {
         stop: &tokio_util::sync::CancellationToken,
     ) -> Result<Driven, DriveError> {
         let state = self.load(id).await?;
-        self.drive_from(id, state, stop).await
+        self.drive_from(id, state, false, stop).await
     }
 
     /// Drives a saga `CreateOrder` just committed (leased to this replica),
@@ -226,22 +228,23 @@ impl Orchestrator {
             order_id: saga.order_id,
             customer_id: saga.customer_id,
             total_cents: 0,
-            step_started_at: None,
-            attempts: None,
+            step_started_at: saga.first_attempt.then_some(saga.created_at),
+            attempts: saga.first_attempt.then_some(1),
             items: Some(saga.items.into_iter().collect()),
         };
-        self.drive_from(saga.saga_id, state, stop).await
+        self.drive_from(saga.saga_id, state, saga.first_attempt, stop).await
     }
 
+    /// `begun`: the current step's attempt is recorded already (by
+    /// `CreateOrder`); after the first turn, every commit records the next
+    /// step's attempt with it.
     async fn drive_from(
         &self,
         id: Uuid,
         mut state: State,
+        mut begun: bool,
         stop: &tokio_util::sync::CancellationToken,
     ) -> Result<Driven, DriveError> {
-        // Whether the current step's attempt is recorded already: after the
-        // first turn, every commit records the next step's attempt with it.
-        let mut begun = false;
         loop {
             if self.has_crashed() {
                 return Err(DriveError::Crashed("earlier".into()));

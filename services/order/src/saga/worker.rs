@@ -16,6 +16,7 @@
 use super::orchestrator::{DriveError, NewSaga, Orchestrator};
 use sagaworks_telemetry::propagation;
 use std::time::Duration;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -92,18 +93,25 @@ pub async fn run(orchestrator: Orchestrator, pool: sqlx::PgPool, shutdown: Cance
 }
 
 /// Drives a saga this replica just created (its lease was taken in the same
-/// transaction) on a task of its own; returns when the saga finished, must
-/// wait for a retry, or `wait` elapsed — the saga goes on regardless.
-pub async fn start(orchestrator: &Orchestrator, saga: NewSaga, wait: Duration, stop: &CancellationToken) {
+/// statement) on a task of its own, holding `permit` (taken before the saga
+/// was created, see [`Orchestrator::permits`]); returns when the saga
+/// finished, must wait for a retry, or `wait` elapsed — the saga goes on
+/// regardless. Without a permit the replica is at its bound: the saga is
+/// handed to the worker like any other.
+pub async fn start(
+    orchestrator: &Orchestrator,
+    saga: NewSaga,
+    permit: Option<OwnedSemaphorePermit>,
+    wait: Duration,
+    stop: &CancellationToken,
+) {
     let id = saga.saga_id;
     let (orchestrator, stop) = (orchestrator.clone(), stop.clone());
-    let permits = orchestrator.permits();
     // The task carries the caller's span, so the saga's spans join the
     // CreateOrder trace (a saga resumed by `run` starts a trace of its own).
     let task = tokio::spawn(
         async move {
-            // Beyond the bound, the saga waits for the worker like any other.
-            let Ok(_permit) = permits.try_acquire_owned() else {
+            let Some(_permit) = permit else {
                 let _ = orchestrator.release_lease(id, Duration::ZERO).await;
                 return;
             };
