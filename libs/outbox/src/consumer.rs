@@ -16,19 +16,25 @@
 //!    nothing else happens; otherwise the [`Handler`] runs on the same
 //!    transaction, which then commits. So the handler's database effects happen
 //!    exactly once per consumer group, however often Kafka delivers.
-//! 3. The message's offset is committed (`enable.auto.commit=false`).
+//! 3. The message's offset is marked for commit; the consumer commits the
+//!    marked offsets itself (`enable.auto.commit=false`) every
+//!    `commit_interval_ms` (one `OffsetCommit` for all of them, instead of a
+//!    request per message) and once more when it stops, after its workers
+//!    finished. A crash redelivers at most that interval's messages, which
+//!    the inbox makes no-ops; an offset is never committed before its
+//!    message was handled or dead-lettered.
 //!
 //! With `batch_size` above 1, the messages already waiting for a worker are
 //! handled like this in one transaction (one inbox statement, then
 //! [`Handler::handle_many`] with the new events, one commit), and their
-//! offsets committed after it; if anything in
+//! offsets marked after it; if anything in
 //! the batch fails, the batch is rolled back and its messages go through the
 //! steps above one at a time, with their own retries and dead-lettering.
 //!
 //! A [`HandlerError::Retryable`] (or a database error) is retried with
 //! exponential backoff and full jitter, up to `max_attempts` in all; then,
 //! like a [`HandlerError::Permanent`] at once, the message goes to
-//! `<topic>.dlq` with the `dlq_*` headers and the offset is committed, so the
+//! `<topic>.dlq` with the `dlq_*` headers and the offset is marked, so the
 //! partition moves on. The DLQ send is awaited and retried until it is acked:
 //! an offset is never committed for a message that is neither handled nor
 //! dead-lettered. Keep the total retry time (`retry_max_ms` x attempts) well
@@ -41,8 +47,9 @@
 //! dead-lettered message ends it with an error status.
 //!
 //! After a rebalance a worker may still finish messages of a partition that
-//! moved to another group member; both may then handle (the inbox makes the
-//! second a no-op) and commit it, which can only cause redelivery, never loss.
+//! moved to another group member (and commit them up to `commit_interval_ms`
+//! later); both may then handle (the inbox makes the second a no-op) and
+//! commit it, which can only cause redelivery, never loss.
 //!
 //! The inbox keeps a group's rows for `inbox_retention_hours` (default 7
 //! days, Kafka's default log retention) and the consumer deletes older ones
@@ -66,6 +73,7 @@ use sagaworks_telemetry::messaging::{KafkaMessage, consumer_span};
 use sagaworks_telemetry::propagation::context_from_pairs;
 use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgPool};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -105,6 +113,9 @@ pub struct ConsumerSettings {
     pub batch_size: usize,
     /// How long the inbox remembers a handled event (see the module docs).
     pub inbox_retention_hours: i64,
+    /// How often the offsets of handled messages are committed (see the
+    /// module docs); `0`: after every message or batch.
+    pub commit_interval_ms: u64,
 }
 
 impl Default for ConsumerSettings {
@@ -123,6 +134,7 @@ impl Default for ConsumerSettings {
             concurrency: 4,
             batch_size: 1,
             inbox_retention_hours: 24 * 7,
+            commit_interval_ms: 200,
         }
     }
 }
@@ -310,6 +322,8 @@ pub struct Consumer<H> {
     handler: H,
     consumer: Arc<kafka::OffRuntimeDrop<StreamConsumer>>,
     dlq: kafka::OffRuntimeDrop<FutureProducer>,
+    /// Per partition, the offset after the last handled message, not committed yet.
+    marked: std::sync::Mutex<BTreeMap<(String, i32), i64>>,
 }
 
 impl<H: Handler> Consumer<H> {
@@ -348,6 +362,7 @@ impl<H: Handler> Consumer<H> {
             handler,
             consumer: Arc::new(kafka::OffRuntimeDrop::new(consumer, "consumer")),
             dlq: kafka::OffRuntimeDrop::new(dlq, "dlq-producer"),
+            marked: std::sync::Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -385,9 +400,13 @@ impl<H: Handler> Consumer<H> {
         let mut lag_tick =
             tokio::time::interval(Duration::from_millis(this.settings.lag_interval_ms.max(100)));
         let mut purge_tick = tokio::time::interval(INBOX_PURGE_EVERY);
+        let mut commit_tick =
+            tokio::time::interval(Duration::from_millis(this.settings.commit_interval_ms.max(1)));
+        commit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
+                _ = commit_tick.tick() => this.commit_marked(CommitMode::Async),
                 _ = lag_tick.tick() => this.report_lag(),
                 _ = purge_tick.tick() => this.purge_inbox_in_background(),
                 received = this.consumer.recv() => match received {
@@ -412,6 +431,9 @@ impl<H: Handler> Consumer<H> {
                 tracing::error!(error = %e, "consumer worker panicked");
             }
         }
+        // What the workers finished: librdkafka's close waits for this
+        // commit before it leaves the group.
+        this.commit_marked(CommitMode::Async);
         let group = this.settings.group_id.clone();
         // Leaves the group and destroys the clients, off the runtime (see `kafka::close`).
         kafka::close(this, "consumer", Duration::from_secs(5)).await;
@@ -475,7 +497,7 @@ impl<H: Handler> Consumer<H> {
             span.set_status(Status::error("dead-lettered"));
         }
         self.count(msg, &outcome);
-        self.commit_offsets(std::slice::from_ref(msg));
+        self.mark(std::slice::from_ref(msg));
         Ok(())
     }
 
@@ -497,7 +519,7 @@ impl<H: Handler> Consumer<H> {
                 for (msg, outcome) in msgs.iter().zip(&outcomes) {
                     self.count(msg, outcome);
                 }
-                self.commit_offsets(msgs);
+                self.mark(msgs);
                 Ok(())
             }
             Err(e) => {
@@ -584,20 +606,34 @@ impl<H: Handler> Consumer<H> {
         .increment(1);
     }
 
-    /// Commits, per partition, the offset after the last of `msgs`.
-    fn commit_offsets(&self, msgs: &[OwnedMessage]) {
-        let mut next: std::collections::BTreeMap<(&str, i32), i64> = std::collections::BTreeMap::new();
-        for msg in msgs {
-            let offset = next.entry((msg.topic(), msg.partition())).or_insert(0);
-            *offset = (*offset).max(msg.offset() + 1);
+    /// Marks `msgs` handled: their offsets go out with the next commit (at
+    /// once with `commit_interval_ms = 0`).
+    fn mark(&self, msgs: &[OwnedMessage]) {
+        {
+            let mut marked = self.marked.lock().unwrap_or_else(|p| p.into_inner());
+            for msg in msgs {
+                let next = marked.entry((msg.topic().to_owned(), msg.partition())).or_insert(0);
+                *next = (*next).max(msg.offset() + 1);
+            }
+        }
+        if self.settings.commit_interval_ms == 0 {
+            self.commit_marked(CommitMode::Async);
+        }
+    }
+
+    /// Commits, per partition, the offset after the last marked message.
+    fn commit_marked(&self, mode: CommitMode) {
+        let marked = std::mem::take(&mut *self.marked.lock().unwrap_or_else(|p| p.into_inner()));
+        if marked.is_empty() {
+            return;
         }
         let mut tpl = TopicPartitionList::new();
-        let committed = next
-            .into_iter()
+        let committed = marked
+            .iter()
             .try_for_each(|((topic, partition), offset)| {
-                tpl.add_partition_offset(topic, partition, Offset::Offset(offset))
+                tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset))
             })
-            .and_then(|()| self.consumer.commit(&tpl, CommitMode::Async));
+            .and_then(|()| self.consumer.commit(&tpl, mode));
         if let Err(e) = committed {
             // The messages are redelivered later, which the inbox makes harmless.
             tracing::warn!(error = %e, "offset commit failed");

@@ -239,6 +239,56 @@ async fn redelivered_events_change_nothing() {
     consumer.stop().await;
 }
 
+/// Offsets are committed only for handled messages, all of them: every
+/// `commit_interval_ms` while the consumer runs, and once more when it stops
+/// (with an interval longer than the test, only that last commit happens).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handled_offsets_are_committed_in_the_background_and_when_the_consumer_stops() {
+    let env = env("consumer_offsets").await;
+    let topic = topic_name(&env.kafka, "account");
+    let settings = |group, interval| ConsumerSettings {
+        commit_interval_ms: interval,
+        ..consumer_settings(group, &["account"])
+    };
+    let (relay, consumer) = start(&env, relay_settings(), settings("g-offsets", 300), Recorder::default());
+    for n in 1..=10 {
+        credit(&env.pool, &format!("acc-{}", n % 4), n, true).await;
+    }
+    wait_for_effects(&env, 10).await;
+    let messages = read_topic(&env.kafka, &topic, WAIT, |m| m.len() >= 10).await;
+    assert_eq!(messages.len(), 10);
+    let partitions = committed(&env.kafka, "g-offsets", &topic).await.into_keys();
+    let handled = offsets_after(&messages, partitions);
+    let (kafka, expected) = (env.kafka.clone(), handled.clone());
+    sagaworks_test_support::eventually("offsets committed while running", WAIT, || {
+        let (kafka, topic, expected) = (kafka.clone(), topic.clone(), expected.clone());
+        async move { (committed(&kafka, "g-offsets", &topic).await == expected).then_some(()) }
+    })
+    .await;
+    consumer.stop().await;
+
+    // A second group that commits only when it stops.
+    let late = Consumer::new(
+        env.pool.clone(),
+        &env.kafka,
+        settings("g-offsets-late", 3_600_000),
+        Recorder::default(),
+    )
+    .unwrap();
+    let late = Running::spawn(|t| late.run(t));
+    wait_for_effects(&env, 20).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before_stop = committed(&env.kafka, "g-offsets-late", &topic).await;
+    assert!(before_stop.values().all(Option::is_none), "nothing committed before the stop: {before_stop:?}");
+    late.stop().await;
+    assert_eq!(
+        committed(&env.kafka, "g-offsets-late", &topic).await,
+        handled,
+        "the stop committed what was handled"
+    );
+    relay.stop().await;
+}
+
 /// Messages waiting for a worker are handled in one transaction each batch
 /// (rows committed together share their `xmin`), still once each and in
 /// order; a batch with a failing event is rolled back and handled message by

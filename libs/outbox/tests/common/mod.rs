@@ -15,7 +15,7 @@ use sagaworks_outbox::{
 use sagaworks_test_support::{Broker, TestDatabase};
 use serde_json::json;
 use sqlx::{PgConnection, PgPool};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -138,6 +138,51 @@ pub async fn read_topic(
     })
     .await
     .unwrap()
+}
+
+/// `group`'s committed offset per partition of `topic` (which must exist;
+/// `None`: nothing committed), read from the broker by a client outside the group.
+pub async fn committed(kafka: &KafkaSettings, group: &str, topic: &str) -> BTreeMap<i32, Option<i64>> {
+    let (brokers, group, topic) = (kafka.brokers.clone(), group.to_string(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        let client: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let timeout = Duration::from_secs(5);
+        let meta = client.fetch_metadata(Some(&topic), timeout).unwrap();
+        let partitions = meta.topics().first().map(|t| t.partitions().len()).unwrap_or(0) as i32;
+        assert!(partitions > 0, "topic {topic} has no partitions");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(&topic, p);
+        }
+        let committed = client.committed_offsets(tpl, timeout).unwrap();
+        (0..partitions)
+            .map(|p| match committed.find_partition(&topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => (p, Some(o)),
+                _ => (p, None),
+            })
+            .collect()
+    })
+    .await
+    .unwrap()
+}
+
+/// Per partition, the offset after the last of `messages` (what a group that
+/// handled them all has committed); `None` for a partition without any.
+pub fn offsets_after(
+    messages: &[OwnedMessage],
+    partitions: impl IntoIterator<Item = i32>,
+) -> BTreeMap<i32, Option<i64>> {
+    let mut after: BTreeMap<i32, Option<i64>> = partitions.into_iter().map(|p| (p, None)).collect();
+    for m in messages {
+        let next = after.entry(m.partition()).or_insert(None);
+        *next = Some(next.unwrap_or(0).max(m.offset() + 1));
+    }
+    after
 }
 
 pub fn header<'a>(m: &'a OwnedMessage, name: &str) -> Option<&'a str> {
