@@ -355,6 +355,43 @@ async fn notify_wakes_the_relay_long_before_the_polling_fallback() {
         .expect("a disabled relay returns at once");
 }
 
+/// Commits that arrive faster than `min_batch_interval_ms` share a batch
+/// (a batch marks its rows in one transaction, so they share `published_at`);
+/// with the interval at 0 every commit gets a batch of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_within_the_batch_interval_share_a_batch() {
+    let env = env("relay_pace").await;
+    let batches = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, i64>("SELECT count(DISTINCT published_at) FROM outbox")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    for (interval, fewest, most) in [(1_000, 1, 3), (0, 8, 10)] {
+        sqlx::query("TRUNCATE outbox").execute(&env.pool).await.unwrap();
+        let settings = sagaworks_outbox::RelaySettings {
+            poll_interval_ms: 60_000,
+            min_batch_interval_ms: interval,
+            ..relay_settings()
+        };
+        let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+        let running = Running::spawn(|t| relay.run(t));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Ten commits, 50 ms apart: well inside one 1 s interval, well apart for a relay without one.
+        for n in 1..=10 {
+            credit(&env.pool, &format!("acc-{n}"), n, true).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eventually_empty_backlog(&env).await;
+        let n = batches(env.pool.clone()).await;
+        assert!(
+            (fewest..=most).contains(&n),
+            "interval {interval} ms: {n} batches, expected {fewest}..={most}"
+        );
+        running.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permanently_failing_event_blocks_only_its_own_aggregate() {
     let _ = sagaworks_runtime::metrics::handle();
