@@ -139,16 +139,16 @@ impl OrderService for Orders {
         // Taken first: a saga this replica will drive at once gets its first
         // attempt recorded with the order.
         let permit = self.orchestrator.permits().try_acquire_owned().ok();
+        let first_attempt = permit.is_some();
         // One statement, atomic on its own: no transaction needed.
         let mut conn = self.pool.acquire().await.map_err(Error::from)?;
         let owner = self.orchestrator.owner();
         let created =
-            orders::create(&mut conn, &self.outbox, &new, owner, settings.lease_ms, permit.is_some()).await?;
+            orders::create(&mut conn, &self.outbox, &new, owner, settings.lease_ms, first_attempt).await?;
         drop(conn);
         let (order_id, replayed) = match created {
             Created::New { order_id, saga_id, created_at } => {
                 let wait = Duration::from_millis(u64::from(r.wait_millis).min(settings.max_wait_ms));
-                let first_attempt = permit.is_some();
                 let saga =
                     NewSaga { saga_id, order_id, customer_id, created_at, items: new.items, first_attempt };
                 worker::start(&self.orchestrator, saga, permit, wait, &self.shutdown).await;
