@@ -99,9 +99,12 @@ pub fn spawn_with(
             let beats = watched.beats.load(Ordering::SeqCst);
             if beats != seen {
                 seen = beats;
-                last_beat = Instant::now();
+                let now = Instant::now();
+                // The gap since the last beat seen before this one: the stall.
+                let gap = now - last_beat;
+                last_beat = now;
                 if stalled.take().is_some() {
-                    report(Stall::Ended { lasted: last_beat.elapsed().max(TICK) });
+                    report(Stall::Ended { lasted: gap });
                 }
                 continue;
             }
@@ -168,7 +171,10 @@ mod tests {
             );
             assert!(at < started + Duration::from_millis(1500), "reported during the stall, not after it");
             let (second, _) = rx.recv_timeout(Duration::from_secs(5)).expect("the end of the stall");
-            assert!(matches!(second, Stall::Ended { .. }), "{second:?}");
+            assert!(
+                matches!(second, Stall::Ended { lasted } if lasted > Duration::from_secs(1)),
+                "the end reports how long the 1.5 s block stalled the runtime: {second:?}"
+            );
         });
         runtime.shutdown_timeout(Duration::from_secs(1));
     }
