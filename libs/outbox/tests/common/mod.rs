@@ -105,24 +105,9 @@ pub async fn read_topic(
     let brokers = kafka.brokers.clone();
     let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("group.id", "test-reader")
-            .set("enable.auto.commit", "false")
-            .create()
-            .unwrap();
+        let consumer = outside_client(&brokers, "test-reader");
         let start = Instant::now();
-        let partitions = loop {
-            let meta = consumer.fetch_metadata(Some(&topic), Duration::from_secs(2));
-            if let Ok(meta) = meta {
-                let n = meta.topics().first().map(|t| t.partitions().len()).unwrap_or(0);
-                if n > 0 {
-                    break n as i32;
-                }
-            }
-            assert!(start.elapsed() < timeout, "topic {topic} never appeared");
-            std::thread::sleep(Duration::from_millis(100));
-        };
+        let partitions = partition_count(&consumer, &topic, timeout);
         let mut tpl = TopicPartitionList::new();
         for p in 0..partitions {
             tpl.add_partition_offset(&topic, p, Offset::Beginning).unwrap();
@@ -140,21 +125,39 @@ pub async fn read_topic(
     .unwrap()
 }
 
+/// A client that never joins `group` (it neither subscribes nor commits).
+fn outside_client(brokers: &str, group: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap()
+}
+
+/// How many partitions `topic` has, waiting up to `timeout` for it to appear.
+fn partition_count(client: &BaseConsumer, topic: &str, timeout: Duration) -> i32 {
+    let start = Instant::now();
+    loop {
+        if let Ok(meta) = client.fetch_metadata(Some(topic), Duration::from_secs(2)) {
+            let n = meta.topics().first().map(|t| t.partitions().len()).unwrap_or(0);
+            if n > 0 {
+                return n as i32;
+            }
+        }
+        assert!(start.elapsed() < timeout, "topic {topic} never appeared");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// `group`'s committed offset per partition of `topic` (which must exist;
 /// `None`: nothing committed), read from the broker by a client outside the group.
 pub async fn committed(kafka: &KafkaSettings, group: &str, topic: &str) -> BTreeMap<i32, Option<i64>> {
     let (brokers, group, topic) = (kafka.brokers.clone(), group.to_string(), topic.to_string());
     tokio::task::spawn_blocking(move || {
-        let client: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .create()
-            .unwrap();
+        let client = outside_client(&brokers, &group);
         let timeout = Duration::from_secs(5);
-        let meta = client.fetch_metadata(Some(&topic), timeout).unwrap();
-        let partitions = meta.topics().first().map(|t| t.partitions().len()).unwrap_or(0) as i32;
-        assert!(partitions > 0, "topic {topic} has no partitions");
+        let partitions = partition_count(&client, &topic, timeout);
         let mut tpl = TopicPartitionList::new();
         for p in 0..partitions {
             tpl.add_partition(&topic, p);
