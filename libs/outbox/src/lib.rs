@@ -8,6 +8,7 @@
 //!   `<topic_prefix>.<aggregate_type>` (key = aggregate id, CloudEvents
 //!   binary-mode headers), woken by `NOTIFY` with a polling fallback, and
 //!   purges published rows after the retention period.
+//! * [`wake`] — how writers wake a sleeping relay, and only a sleeping one.
 //! * [`consumer`] — [`Consumer`] feeds a [`Handler`] exactly once per event and
 //!   consumer group (inbox table), retries, and dead-letters to `<topic>.dlq`.
 //! * [`metrics`] — counters, gauges and the [`OutboxGauges`] scrape hook.
@@ -88,6 +89,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod relay;
 pub mod service;
+pub mod wake;
 pub mod writer;
 
 pub use consumer::{Consumer, ConsumerSettings, EnvelopeError, Handler, HandlerError, ReceivedEvent};

@@ -6,11 +6,13 @@
 //!
 //! # When
 //!
-//! A batch starts when a writer's NOTIFY arrives (or every `poll_interval_ms`
-//! without one), right away after a full batch, and otherwise no sooner than
-//! `min_batch_interval_ms` after the previous batch started: under load the
-//! events of that interval share one batch, which saves the database and the
-//! broker a round of requests per commit.
+//! While batches find events, the relay is busy: the next batch starts
+//! `min_batch_interval_ms` after the previous one started (right away after a
+//! full batch). Under load the events of that interval share one batch, which
+//! saves the database and the broker a round of requests per commit. A batch
+//! that finds nothing *parks* the relay: it sleeps until a writer's NOTIFY
+//! (writers notify only while a relay is parked: see [`crate::wake`]) or
+//! every `poll_interval_ms` without one.
 //!
 //! # One batch
 //!
@@ -74,7 +76,8 @@
 use crate::backoff::Backoff;
 use crate::kafka::{self, TopicSettings, headers};
 use crate::metrics as m;
-use crate::{NOTIFY_CHANNEL, OutboxError};
+use crate::OutboxError;
+use crate::wake::{Parking, Wake};
 use chrono::{DateTime, SecondsFormat, Utc};
 use opentelemetry::trace::Status;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -86,7 +89,6 @@ use sagaworks_telemetry::messaging::{KafkaMessage, producer_span};
 use sagaworks_telemetry::propagation::{context_from_traceparent, headers_for};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -108,13 +110,13 @@ pub struct RelaySettings {
     /// The `service` label of the relay's metrics, e.g. `order`; set it when
     /// wiring (the default is `unknown`).
     pub service: String,
-    /// Fallback polling when no NOTIFY arrives.
+    /// Fallback polling of a parked relay when no NOTIFY arrives.
     pub poll_interval_ms: u64,
-    /// Least time from the start of one batch to the start of the next
-    /// (unless the first was full). Under load, the events committed in
-    /// that time go out in one batch (one claim, one mark, one commit, one
-    /// produce round) instead of a batch per commit; an event waits at most
-    /// this long for its batch. `0`: a batch per wake-up.
+    /// Time from the start of one batch to the start of the next while the
+    /// relay is busy (unless the first was full). Under load, the events
+    /// committed in that time go out in one batch (one claim, one mark, one
+    /// commit, one produce round) instead of a batch per commit; an event
+    /// waits at most this long for its batch. `0`: the next batch at once.
     pub min_batch_interval_ms: u64,
     /// Aggregate heads claimed per batch.
     pub batch_size: i64,
@@ -206,13 +208,11 @@ impl Relay {
         // When the next batch may start: set after a batch that was not full.
         let mut not_before: Option<Instant> = None;
         let mut backoff = Backoff::new(self.settings.backoff_base_ms, self.settings.backoff_max_ms);
-        let mut listener: Option<PgListener> = None;
+        let mut wake = Wake::default();
         let mut last_purge: Option<Instant> = None;
         let mut last_gauges: Option<Instant> = None;
         while !shutdown.is_cancelled() {
-            if listener.is_none() {
-                listener = listen(&self.pool).await;
-            }
+            wake.connect(&self.pool).await;
             if last_purge.is_none_or(|t| t.elapsed() >= PURGE_EVERY) {
                 match purge(&self.pool, self.settings.retention_hours).await {
                     Ok(n) if n > 0 => tracing::info!(rows = n, "purged published outbox rows"),
@@ -238,11 +238,20 @@ impl Relay {
             let wait = match outcome {
                 Ok(o) if o.failed == 0 => {
                     backoff.reset();
-                    if o.full {
+                    if o.published > 0 {
+                        // Busy: the next batch comes at the pace; no writer needs to wake us.
+                        wake.unpark().await;
+                        if !o.full {
+                            not_before = Some(started + pace);
+                        }
                         continue;
                     }
                     not_before = Some(started + pace);
-                    poll
+                    match wake.park().await {
+                        // Parked just now: one more batch sees what committed before.
+                        Parking::Parked | Parking::Busy => continue,
+                        Parking::Sleep => poll,
+                    }
                 }
                 Ok(o) => {
                     let delay = backoff.next_delay();
@@ -263,13 +272,10 @@ impl Relay {
             tokio::select! {
                 _ = shutdown.cancelled() => {}
                 _ = tokio::time::sleep(wait) => {}
-                n = recv(&mut listener), if backoff.is_reset() => {
-                    if n.is_err() || drain(&mut listener).await.is_err() {
-                        listener = None;
-                    }
-                }
+                _ = wake.notified(), if backoff.is_reset() => {}
             }
         }
+        wake.close().await;
         let Relay { producer, .. } = self;
         kafka::close(producer, "producer", Duration::from_secs(5)).await;
         tracing::info!("outbox relay stopped");
@@ -520,44 +526,6 @@ fn producer(
         ],
     );
     Ok(kafka::OffRuntimeDrop::new(config.create()?, "producer"))
-}
-
-async fn listen(pool: &PgPool) -> Option<PgListener> {
-    let mut l = match PgListener::connect_with(pool).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot LISTEN yet; polling");
-            return None;
-        }
-    };
-    match l.listen(NOTIFY_CHANNEL).await {
-        Ok(()) => Some(l),
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot LISTEN yet; polling");
-            None
-        }
-    }
-}
-
-/// Waits for a notification; pending forever without a listener.
-async fn recv(listener: &mut Option<PgListener>) -> Result<(), sqlx::Error> {
-    match listener {
-        Some(l) => l.recv().await.map(|_| ()),
-        None => std::future::pending().await,
-    }
-}
-
-/// Consumes the notifications that have arrived already: every committed
-/// writer sends one, and the next batch takes all their rows, so one wake-up
-/// is enough (a batch per notification would mostly find nothing).
-async fn drain(listener: &mut Option<PgListener>) -> Result<(), sqlx::Error> {
-    if let Some(l) = listener {
-        // `recv` is cancel-safe; polled once, it returns what is readable now.
-        while let Ok(n) = tokio::time::timeout(Duration::ZERO, l.recv()).await {
-            n?;
-        }
-    }
-    Ok(())
 }
 
 /// Deletes published rows older than `retention_hours`, in chunks.

@@ -11,7 +11,8 @@ use uuid::Uuid;
 /// `message.max.bytes` is about 1 MB and the envelope needs room too).
 pub const MAX_PAYLOAD_BYTES: usize = 900 * 1024;
 
-/// The channel the writer NOTIFYs; the relay LISTENs on it.
+/// The channel the writer NOTIFYs (while a relay sleeps: see [`crate::wake`]);
+/// the relay LISTENs on it.
 pub const NOTIFY_CHANNEL: &str = "sagaworks_outbox";
 
 /// A domain event about to be recorded.
@@ -69,9 +70,9 @@ impl OutboxWriter {
     pub async fn write(&self, conn: &mut PgConnection, event: NewEvent) -> Result<Uuid, OutboxError> {
         let event = self.pending(event)?;
         let id = event.id();
-        // One round trip: the row, and a NOTIFY that PostgreSQL delivers at
-        // commit, and only if the transaction commits (several in one
-        // transaction are folded into one).
+        // One round trip: the row, and, when a relay sleeps, a NOTIFY that
+        // PostgreSQL delivers at commit, and only if the transaction commits
+        // (several in one transaction are folded into one).
         static SQL: LazyLock<String> =
             LazyLock::new(|| format!("WITH {} SELECT 1", PendingEvent::cte("event", 1, None)));
         event.bind(sqlx::query(SQL.as_str())).execute(&mut *conn).await?;
@@ -142,7 +143,8 @@ impl PendingEvent {
     }
 
     /// `name AS (INSERT INTO outbox ...)`, a data-modifying CTE that inserts
-    /// the event and NOTIFYs the relay (delivered at commit). It takes
+    /// the event and, when a relay sleeps, NOTIFYs it (delivered at commit;
+    /// see [`crate::wake`]). It takes
     /// [`PENDING_EVENT_PARAMS`] parameters from `$first` on, bound by
     /// [`Self::bind`] after the statement's own. With `once_per`, the name
     /// of an earlier CTE of the statement, the event is inserted once per row
@@ -156,7 +158,7 @@ impl PendingEvent {
                  INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, source,
                                      content_type, payload, traceparent, tracestate)
                  SELECT {}, {}, {}, {}, {}, {}, 'application/json', {}, {}, {}{from}
-                 RETURNING pg_notify('{NOTIFY_CHANNEL}', ''))",
+                 RETURNING {})",
             p(0),
             p(1),
             p(2),
@@ -166,6 +168,7 @@ impl PendingEvent {
             p(6),
             p(7),
             p(8),
+            crate::wake::notify_if_parked(),
         )
     }
 

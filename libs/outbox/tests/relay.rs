@@ -5,7 +5,8 @@ mod common;
 use common::*;
 use rdkafka::message::Message;
 use sagaworks_outbox::kafka::topic_name;
-use sagaworks_outbox::{MAX_PAYLOAD_BYTES, NewEvent, OutboxError, OutboxWriter, PendingEvent, Relay};
+use sagaworks_outbox::wake::WAKE_LOCK;
+use sagaworks_outbox::{MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxError, OutboxWriter, PendingEvent, Relay};
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -436,4 +437,148 @@ async fn a_permanently_failing_event_blocks_only_its_own_aggregate() {
         .unwrap_or(0.0);
     assert!(errors >= 2.0, "failures are counted: {text}");
     running.stop().await;
+}
+
+/// Relays holding [`WAKE_LOCK`] exclusively: the parked ones (see `sagaworks_outbox::wake`).
+async fn parked_relays(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+         WHERE d.datname = current_database() AND l.locktype = 'advisory'
+           AND l.classid = ($1 >> 32)::oid AND l.objid = ($1 & 4294967295)::oid AND l.objsubid = 1
+           AND l.mode = 'ExclusiveLock' AND l.granted",
+    )
+    .bind(WAKE_LOCK)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn eventually_parked(pool: &sqlx::PgPool, n: i64) {
+    let pool = pool.clone();
+    sagaworks_test_support::eventually(&format!("{n} parked relay(s)"), WAIT, || {
+        let pool = pool.clone();
+        async move { (parked_relays(&pool).await == n).then_some(()) }
+    })
+    .await;
+}
+
+/// The writer's side of the wake-up protocol: a commit NOTIFYs only while
+/// somebody holds [`WAKE_LOCK`] (a parked relay), so busy relays cost the
+/// writers no NOTIFY (and its server-wide commit lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_notify_only_while_a_relay_is_parked() {
+    use sqlx::Connection;
+    let env = env("relay_wake_writer").await;
+    let mut listener = sqlx::postgres::PgListener::connect(&env.db.url).await.unwrap();
+    listener.listen(NOTIFY_CHANNEL).await.unwrap();
+    let quiet = Duration::from_millis(500);
+
+    credit(&env.pool, "acc-1", 1, true).await;
+    assert!(
+        tokio::time::timeout(quiet, listener.recv()).await.is_err(),
+        "no NOTIFY while no relay is parked"
+    );
+
+    let mut parked = sqlx::PgConnection::connect(&env.db.url).await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock($1)").bind(WAKE_LOCK).execute(&mut parked).await.unwrap();
+    credit(&env.pool, "acc-1", 2, false).await;
+    assert!(tokio::time::timeout(quiet, listener.recv()).await.is_err(), "a rollback notifies nobody");
+    credit(&env.pool, "acc-1", 3, true).await;
+    tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .expect("a commit NOTIFYs a parked relay")
+        .unwrap();
+
+    sqlx::query("SELECT pg_advisory_unlock($1)").bind(WAKE_LOCK).execute(&mut parked).await.unwrap();
+    credit(&env.pool, "acc-1", 4, true).await;
+    assert!(
+        tokio::time::timeout(quiet, listener.recv()).await.is_err(),
+        "no NOTIFY once the relay unparked"
+    );
+}
+
+/// An idle relay parks (holds the lock, so writers wake it), a commit wakes
+/// it long before its polling fallback, and a stopped relay leaves no lock
+/// behind (its LISTEN connection goes back to the pool).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_relay_parks_is_woken_and_releases_the_lock_when_it_stops() {
+    let env = env("relay_wake_park").await;
+    let settings = sagaworks_outbox::RelaySettings { poll_interval_ms: 60_000, ..relay_settings() };
+    let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+    eventually_parked(&env.pool, 1).await;
+
+    for n in 1..=3 {
+        let started = std::time::Instant::now();
+        credit(&env.pool, "acc-1", n, true).await;
+        eventually_empty_backlog(&env).await;
+        assert!(started.elapsed() < Duration::from_secs(10), "event {n}: woken by NOTIFY, not the 60 s poll");
+        // Busy for a moment, then parked again.
+        eventually_parked(&env.pool, 1).await;
+    }
+    running.stop().await;
+    assert_eq!(parked_relays(&env.pool).await, 0, "a stopped relay holds no lock");
+}
+
+/// A writer that wrote its event but has not committed holds the lock in
+/// shared mode and will not NOTIFY: the relay must not go to sleep on it.
+/// It cannot park while the writer is open, keeps batching, and publishes
+/// the event right after the commit, not at its 60 s polling fallback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_does_not_sleep_through_a_writer_in_flight() {
+    let env = env("relay_wake_fence").await;
+    let writer = OutboxWriter::new("test");
+    let mut tx = env.pool.begin().await.unwrap();
+    let event = NewEvent::new("account", "acc-1", "AccountCredited", serde_json::json!({ "n": 1 })).unwrap();
+    writer.write(&mut tx, event).await.unwrap();
+
+    let settings = sagaworks_outbox::RelaySettings { poll_interval_ms: 60_000, ..relay_settings() };
+    let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(parked_relays(&env.pool).await, 0, "no relay parks while a writer holds the lock");
+
+    let started = std::time::Instant::now();
+    tx.commit().await.unwrap();
+    eventually_empty_backlog(&env).await;
+    assert!(started.elapsed() < Duration::from_secs(10), "published at once, not at the 60 s poll");
+    eventually_parked(&env.pool, 1).await;
+    running.stop().await;
+}
+
+/// Two idle relays on one database: one parks, the other finds it parked and
+/// sleeps too (no busy loop, no deadlock); a commit wakes them, and after
+/// stopping neither holds the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_idle_relays_one_parks_and_a_commit_wakes_them() {
+    let env = env("relay_wake_two").await;
+    let settings = sagaworks_outbox::RelaySettings { poll_interval_ms: 60_000, ..relay_settings() };
+    let a = Relay::new(env.pool.clone(), &env.kafka, settings.clone()).unwrap();
+    let b = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+    let (a, b) = (Running::spawn(|t| a.run(t)), Running::spawn(|t| b.run(t)));
+    eventually_parked(&env.pool, 1).await;
+    // The other relay found it parked and sleeps: its LISTEN connection's last
+    // statement is that check, long ago (a relay that kept trying would have
+    // run it again within about 100 ms).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let asleep: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND state = 'idle' AND query LIKE '%SELECT EXISTS%pg_locks%'
+           AND state_change < now() - interval '1 second'",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(asleep, 1, "the relay that could not park sleeps");
+
+    for n in 1..=3 {
+        let started = std::time::Instant::now();
+        credit(&env.pool, &format!("acc-{n}"), n, true).await;
+        eventually_empty_backlog(&env).await;
+        assert!(started.elapsed() < Duration::from_secs(10), "event {n}: woken by NOTIFY, not the 60 s poll");
+    }
+    eventually_parked(&env.pool, 1).await;
+    a.stop().await;
+    b.stop().await;
+    assert_eq!(parked_relays(&env.pool).await, 0, "stopped relays hold no lock");
 }
