@@ -73,10 +73,10 @@
 //! inbox then handles `n+1` before `n`. Keep `message_timeout_ms` well above
 //! broker fail-over times to make this practically impossible.
 
+use crate::OutboxError;
 use crate::backoff::Backoff;
 use crate::kafka::{self, TopicSettings, headers};
 use crate::metrics as m;
-use crate::OutboxError;
 use crate::wake::{Parking, Wake};
 use chrono::{DateTime, SecondsFormat, Utc};
 use opentelemetry::trace::Status;

@@ -115,10 +115,8 @@ impl Wake {
         let Some(l) = self.listener.as_mut() else {
             return Parking::Sleep;
         };
-        let park = format!(
-            "SET lock_timeout = {}; SELECT pg_advisory_lock({WAKE_LOCK})",
-            PARK_WAIT.as_millis()
-        );
+        let park =
+            format!("SET lock_timeout = {}; SELECT pg_advisory_lock({WAKE_LOCK})", PARK_WAIT.as_millis());
         let conn = match l.acquire().await {
             Ok(conn) => conn,
             Err(e) => {

@@ -6,7 +6,9 @@ use common::*;
 use rdkafka::message::Message;
 use sagaworks_outbox::kafka::topic_name;
 use sagaworks_outbox::wake::WAKE_LOCK;
-use sagaworks_outbox::{MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxError, OutboxWriter, PendingEvent, Relay};
+use sagaworks_outbox::{
+    MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxError, OutboxWriter, PendingEvent, Relay,
+};
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -491,10 +493,7 @@ async fn writers_notify_only_while_a_relay_is_parked() {
 
     sqlx::query("SELECT pg_advisory_unlock($1)").bind(WAKE_LOCK).execute(&mut parked).await.unwrap();
     credit(&env.pool, "acc-1", 4, true).await;
-    assert!(
-        tokio::time::timeout(quiet, listener.recv()).await.is_err(),
-        "no NOTIFY once the relay unparked"
-    );
+    assert!(tokio::time::timeout(quiet, listener.recv()).await.is_err(), "no NOTIFY once the relay unparked");
 }
 
 /// An idle relay parks (holds the lock, so writers wake it), a commit wakes
