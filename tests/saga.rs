@@ -533,3 +533,143 @@ async fn concurrent_orders_never_oversell() {
     assert_eq!(spent, confirmed_total, "charges - refunds = confirmed totals");
     assert_eq!(confirmed_total, 10 * 700);
 }
+
+/// Runs `second` on its own transaction while `first`'s transaction (already
+/// holding its write) is open; checks that `second` waits, commits `first`,
+/// and returns what `second` answered once it could go on (then committed).
+async fn while_in_flight<T: Send + 'static>(
+    url: &str,
+    first: impl for<'c> FnOnce(&'c mut sqlx::PgConnection) -> futures::future::BoxFuture<'c, ()>,
+    second: impl for<'c> FnOnce(&'c mut sqlx::PgConnection) -> futures::future::BoxFuture<'c, T> + Send + 'static,
+) -> T {
+    use sqlx::Connection;
+    let mut a = sqlx::PgConnection::connect(url).await.unwrap();
+    let mut tx = a.begin().await.unwrap();
+    first(&mut tx).await;
+    let url = url.to_string();
+    let other = tokio::spawn(async move {
+        let mut b = sqlx::PgConnection::connect(&url).await.unwrap();
+        let mut tx = b.begin().await.unwrap();
+        let answer = second(&mut tx).await;
+        tx.commit().await.unwrap();
+        answer
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!other.is_finished(), "the second operation waits for the first one's transaction");
+    tx.commit().await.unwrap();
+    other.await.unwrap()
+}
+
+/// A new reservation or charge takes no advisory lock (it is one statement;
+/// the primary key serialises it). A release or refund that arrives while it
+/// is still in flight waits for it and undoes it; a reserve or charge that
+/// arrives while a release or refund of the same id (a tombstone) is in
+/// flight waits for it and is refused.
+#[tokio::test]
+async fn a_compensation_racing_its_forward_call_waits_for_it() {
+    use inventory::stock;
+    use payment::ledger;
+    let stack = Stack::start().await;
+    let product: uuid::Uuid = stack.product(100, 10).await.parse().unwrap();
+    let customer: uuid::Uuid = stack.customer(1_000).await.parse().unwrap();
+    let items = std::collections::BTreeMap::from([(product, 3)]);
+    let (inventory_db, payment_db) = (stack.inventory_db.url.clone(), stack.payment_db.url.clone());
+
+    // Reserve in flight, then a release of the same reservation.
+    let (id, order) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let outbox = sagaworks_outbox::OutboxWriter::new("inventory");
+    let (o1, o2, items1) = (outbox.clone(), outbox.clone(), items.clone());
+    let released = while_in_flight(
+        &inventory_db,
+        move |c| {
+            Box::pin(async move {
+                stock::reserve(c, &o1, id, order, &items1).await.unwrap();
+            })
+        },
+        move |c| Box::pin(async move { stock::release(c, &o2, id, order, "gave up").await }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(released.status, stock::ReservationStatus::Released);
+    assert_eq!(released.lines.len(), 1, "it released the reservation it waited for");
+    assert_eq!(stack.stock(&product.to_string()).await, (10, 0, 0));
+
+    // A release (tombstone) in flight, then the late reserve.
+    let id = uuid::Uuid::new_v4();
+    let (o1, o2, items2) = (outbox.clone(), outbox.clone(), items.clone());
+    let late = while_in_flight(
+        &inventory_db,
+        move |c| {
+            Box::pin(async move {
+                stock::release(c, &o1, id, order, "gave up").await.unwrap();
+            })
+        },
+        move |c| Box::pin(async move { stock::reserve(c, &o2, id, order, &items2).await.map(|_| ()) }),
+    )
+    .await;
+    assert!(matches!(late, Err(inventory::error::Error::AlreadyReleased(_))), "{late:?}");
+    assert_eq!(stack.stock(&product.to_string()).await, (10, 0, 0));
+
+    // An existing reservation: a release in flight holds its row, and the
+    // commit (the confirmed order's) waits for it and is refused.
+    let id = uuid::Uuid::new_v4();
+    {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(&inventory_db).await.unwrap();
+        let mut tx = c.begin().await.unwrap();
+        stock::reserve(&mut tx, &outbox, id, order, &items).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    let (o1, o2) = (outbox.clone(), outbox.clone());
+    let committed = while_in_flight(
+        &inventory_db,
+        move |c| {
+            Box::pin(async move {
+                stock::release(c, &o1, id, order, "gave up").await.unwrap();
+            })
+        },
+        move |c| Box::pin(async move { stock::commit(c, &o2, id).await.map(|_| ()) }),
+    )
+    .await;
+    assert!(matches!(committed, Err(inventory::error::Error::AlreadyReleased(_))), "{committed:?}");
+    assert_eq!(stack.stock(&product.to_string()).await, (10, 0, 0));
+
+    // The same two races at payment.
+    let outbox = sagaworks_outbox::OutboxWriter::new("payment");
+    let charge = move |id| ledger::Charge {
+        payment_id: id,
+        customer_id: customer,
+        order_id: order,
+        amount_cents: 300,
+    };
+    let id = uuid::Uuid::new_v4();
+    let (o1, o2) = (outbox.clone(), outbox.clone());
+    let refunded = while_in_flight(
+        &payment_db,
+        move |c| {
+            Box::pin(async move {
+                ledger::charge(c, &o1, charge(id)).await.unwrap();
+            })
+        },
+        move |c| Box::pin(async move { ledger::refund(c, &o2, id, order, "gave up").await }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refunded.status, ledger::PaymentStatus::Refunded, "it refunded the charge it waited for");
+    assert_eq!(stack.balance(&customer.to_string()).await, 1_000);
+
+    let id = uuid::Uuid::new_v4();
+    let (o1, o2) = (outbox.clone(), outbox.clone());
+    let late = while_in_flight(
+        &payment_db,
+        move |c| {
+            Box::pin(async move {
+                ledger::refund(c, &o1, id, order, "gave up").await.unwrap();
+            })
+        },
+        move |c| Box::pin(async move { ledger::charge(c, &o2, charge(id)).await.map(|_| ()) }),
+    )
+    .await;
+    assert!(matches!(late, Err(payment::error::Error::AlreadyRefunded(_))), "{late:?}");
+    assert_eq!(stack.balance(&customer.to_string()).await, 1_000);
+}

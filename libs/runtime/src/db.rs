@@ -46,17 +46,6 @@ pub async fn migrate(pool: &PgPool, migrators: &mut [Migrator]) -> Result<(), Db
 /// on the server flushes it too.
 pub const NO_FLUSH_WAIT: &str = "(SELECT set_config('synchronous_commit', 'off', true)) no_flush_wait";
 
-/// Takes a transaction-scoped advisory lock on `key`: every transaction that
-/// locks the same key runs after this one commits or rolls back. Serialises
-/// the operations on one entity that may not exist yet (no row to lock).
-pub async fn lock_key(conn: &mut sqlx::PgConnection, key: impl std::fmt::Display) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind(key.to_string())
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
 /// `SELECT 1` within `timeout`.
 pub async fn ping(pool: &PgPool, timeout: Duration) -> Result<(), String> {
     match tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(pool)).await {

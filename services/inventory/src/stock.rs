@@ -143,13 +143,11 @@ pub async fn list_products(conn: &mut PgConnection, limit: i64) -> Result<Vec<Pr
         .await?)
 }
 
-/// Serialises every operation on one reservation id (reserve, release, commit).
+/// Loads reservation `id` and locks its row (`FOR UPDATE`: after waiting for
+/// another transaction's lock, the row as that one left it). This serialises
+/// every operation on an existing reservation (a repeated reserve, release,
+/// commit); creating one is serialised by the primary key (see [`reserve`]).
 async fn lock_reservation(conn: &mut PgConnection, id: Uuid) -> Result<Option<Reservation>> {
-    sagaworks_runtime::db::lock_key(conn, id).await?;
-    load_reservation(conn, id).await
-}
-
-async fn load_reservation(conn: &mut PgConnection, id: Uuid) -> Result<Option<Reservation>> {
     // The reservation and its lines (in product order, the lock order), in one round trip.
     type Row = (Uuid, String, i64, Json<Vec<Line>>);
     let Some((order_id, status, total_cents, lines)) = sqlx::query_as::<_, Row>(
@@ -157,7 +155,8 @@ async fn load_reservation(conn: &mut PgConnection, id: Uuid) -> Result<Option<Re
                 (SELECT COALESCE(json_agg(l ORDER BY l.product_id), '[]')
                  FROM (SELECT product_id, quantity, unit_price_cents FROM reservation_lines
                        WHERE reservation_id = r.id) l)
-         FROM reservations r WHERE id = $1",
+         FROM reservations r WHERE id = $1
+         FOR UPDATE",
     )
     .bind(id)
     .fetch_optional(&mut *conn)
@@ -181,32 +180,34 @@ pub async fn reserve(
     order_id: Uuid,
     items: &BTreeMap<Uuid, i64>,
 ) -> Result<Reservation> {
-    if let Some(existing) = lock_reservation(conn, reservation_id).await? {
-        return match existing.status {
-            ReservationStatus::Released => Err(Error::AlreadyReleased(reservation_id)),
-            _ => Ok(existing),
-        };
-    }
     let products: Vec<Uuid> = items.keys().copied().collect();
     let quantities: Vec<i64> = items.values().copied().collect();
-    // One round trip: lock the products in id order, move every line's units
-    // that are available, and, only when every line moved and the total fits
-    // a BIGINT, record the reservation and its lines. Anything less is a
-    // rejection, and the caller's transaction is rolled back.
+    // One round trip for a new reservation: insert it first (`ON CONFLICT DO
+    // NOTHING` waits for a concurrent insert of the same id, so the primary
+    // key serialises it with a duplicate or a release), only when every
+    // product exists and the total fits a BIGINT; then lock the products in id
+    // order, move every line's units that are available, and record the lines.
+    // Fewer lines moved than asked is a rejection, and the caller's transaction
+    // is rolled back, reservation included. Prices never change once a product
+    // exists, so the total taken before the locks is the locked rows' total.
     let (moved, total): (Json<Vec<Line>>, Option<i64>) = sqlx::query_as(
-        "WITH locked AS MATERIALIZED (
-             SELECT id FROM products WHERE id = ANY($1) ORDER BY id FOR UPDATE),
+        "WITH reservation AS (
+             INSERT INTO reservations (id, order_id, status, total_cents)
+             SELECT $3, $4, 'RESERVED', sum(i.quantity::numeric * p.price_cents)::bigint
+             FROM UNNEST($1::uuid[], $2::bigint[]) AS i (product_id, quantity)
+                  JOIN products p ON p.id = i.product_id
+             HAVING count(*) = cardinality($1) AND sum(i.quantity::numeric * p.price_cents) <= $5
+             ON CONFLICT (id) DO NOTHING
+             RETURNING id, total_cents),
+         locked AS MATERIALIZED (
+             SELECT id FROM products WHERE id = ANY($1) AND EXISTS (SELECT 1 FROM reservation)
+             ORDER BY id FOR UPDATE),
          moved AS (
              UPDATE products p SET available = p.available - i.quantity, reserved = p.reserved + i.quantity,
                                    updated_at = now()
              FROM locked, UNNEST($1::uuid[], $2::bigint[]) AS i (product_id, quantity)
              WHERE p.id = locked.id AND p.id = i.product_id AND p.available >= i.quantity
              RETURNING p.id AS product_id, i.quantity, p.price_cents AS unit_price_cents),
-         reservation AS (
-             INSERT INTO reservations (id, order_id, status, total_cents)
-             SELECT $3, $4, 'RESERVED', sum(quantity::numeric * unit_price_cents)::bigint FROM moved
-             HAVING count(*) = cardinality($1) AND sum(quantity::numeric * unit_price_cents) <= $5
-             RETURNING id, total_cents),
          line_rows AS (
              INSERT INTO reservation_lines (reservation_id, product_id, quantity, unit_price_cents)
              SELECT reservation.id, moved.* FROM reservation, moved)
@@ -222,8 +223,18 @@ pub async fn reserve(
     .await?;
     let lines = moved.0;
     let Some(total) = total else {
-        return Err(reserve_refused(conn, items, &lines).await);
+        // Not inserted: it exists already, or a product is unknown, or the total overflows.
+        return match lock_reservation(conn, reservation_id).await? {
+            Some(existing) if existing.status == ReservationStatus::Released => {
+                Err(Error::AlreadyReleased(reservation_id))
+            }
+            Some(existing) => Ok(existing),
+            None => Err(not_reservable(conn, items).await),
+        };
     };
+    if lines.len() < items.len() {
+        return Err(reserve_refused(conn, items, &lines).await);
+    }
     let event = ReservationEvent { reservation_id, order_id, lines: &lines, total_cents: total };
     outbox.write(conn, NewEvent::new("reservation", reservation_id, "StockReserved", &event)?).await?;
     Ok(Reservation {
@@ -235,11 +246,12 @@ pub async fn reserve(
     })
 }
 
-/// Why a reservation moved fewer lines than asked (the first such product,
-/// in lock order), or, when every line moved, that its total overflows.
+/// Why a reservation moved fewer lines than asked: the first such product,
+/// in lock order, is short.
 async fn reserve_refused(conn: &mut PgConnection, items: &BTreeMap<Uuid, i64>, moved: &[Line]) -> Error {
-    let short = items.iter().find(|(p, _)| !moved.iter().any(|l| l.product_id == **p));
-    let Some((&product_id, &requested)) = short else {
+    let Some((&product_id, &requested)) =
+        items.iter().find(|(p, _)| !moved.iter().any(|l| l.product_id == **p))
+    else {
         return Error::invalid("items", "order total overflows");
     };
     let available = sqlx::query_scalar::<_, i64>("SELECT available FROM products WHERE id = $1")
@@ -249,6 +261,23 @@ async fn reserve_refused(conn: &mut PgConnection, items: &BTreeMap<Uuid, i64>, m
     match available {
         Ok(Some(available)) => Error::InsufficientStock { product_id, requested, available },
         Ok(None) => Error::ProductNotFound(product_id),
+        Err(e) => e.into(),
+    }
+}
+
+/// Why a new reservation was not even inserted: the first unknown product
+/// (in id order), or else a total that overflows.
+async fn not_reservable(conn: &mut PgConnection, items: &BTreeMap<Uuid, i64>) -> Error {
+    let products: Vec<Uuid> = items.keys().copied().collect();
+    let known = sqlx::query_scalar::<_, Uuid>("SELECT id FROM products WHERE id = ANY($1)")
+        .bind(&products)
+        .fetch_all(&mut *conn)
+        .await;
+    match known {
+        Ok(known) => match products.into_iter().find(|p| !known.contains(p)) {
+            Some(product_id) => Error::ProductNotFound(product_id),
+            None => Error::invalid("items", "order total overflows"),
+        },
         Err(e) => e.into(),
     }
 }
@@ -265,19 +294,32 @@ pub async fn release(
     order_id: Uuid,
     reason: &str,
 ) -> Result<Reservation> {
-    let Some(mut r) = lock_reservation(conn, reservation_id).await? else {
-        sqlx::query("INSERT INTO reservations (id, order_id, status) VALUES ($1, $2, 'RELEASED')")
+    let mut r = match lock_reservation(conn, reservation_id).await? {
+        Some(r) => r,
+        None => {
+            // A reserve may be inserting this id right now: the insert waits for
+            // it, and if it committed, this releases that reservation.
+            let tombstone = sqlx::query(
+                "INSERT INTO reservations (id, order_id, status) VALUES ($1, $2, 'RELEASED')
+                 ON CONFLICT (id) DO NOTHING",
+            )
             .bind(reservation_id)
             .bind(order_id)
             .execute(&mut *conn)
-            .await?;
-        return Ok(Reservation {
-            id: reservation_id,
-            order_id,
-            status: ReservationStatus::Released,
-            lines: vec![],
-            total_cents: 0,
-        });
+            .await?
+            .rows_affected();
+            if tombstone == 1 {
+                return Ok(Reservation {
+                    id: reservation_id,
+                    order_id,
+                    status: ReservationStatus::Released,
+                    lines: vec![],
+                    total_cents: 0,
+                });
+            }
+            // It conflicted, so it exists (reservations are never deleted).
+            lock_reservation(conn, reservation_id).await?.ok_or(sqlx::Error::RowNotFound)?
+        }
     };
     match r.status {
         ReservationStatus::Released => return Ok(r),

@@ -2,7 +2,8 @@
 //!
 //! A charge is one guarded `UPDATE` (`balance_cents >= $amount`), so
 //! concurrent charges can never overdraw an account. A payment's id is the
-//! saga's id; operations on one id are serialised by an advisory lock.
+//! saga's id: its primary key serialises a new charge with anything else on
+//! that id, and the row's lock the operations on an existing payment.
 
 use crate::error::{Error, Result};
 use chrono::{DateTime, Utc};
@@ -108,10 +109,13 @@ pub async fn get_account(conn: &mut PgConnection, customer_id: Uuid) -> Result<A
         .ok_or(Error::CustomerNotFound(customer_id))
 }
 
+/// Loads payment `id` and locks its row (`FOR UPDATE`: after waiting for
+/// another transaction's lock, the row as that one left it). This serialises
+/// every operation on an existing payment (a repeated charge, a refund);
+/// creating one is serialised by the primary key (see [`charge`]).
 async fn lock_payment(conn: &mut PgConnection, id: Uuid) -> Result<Option<Payment>> {
-    sagaworks_runtime::db::lock_key(conn, id).await?;
     let row = sqlx::query_as::<_, (Uuid, Uuid, i64, String)>(
-        "SELECT customer_id, order_id, amount_cents, status FROM payments WHERE id = $1",
+        "SELECT customer_id, order_id, amount_cents, status FROM payments WHERE id = $1 FOR UPDATE",
     )
     .bind(id)
     .fetch_optional(conn)
@@ -130,21 +134,17 @@ async fn lock_payment(conn: &mut PgConnection, id: Uuid) -> Result<Option<Paymen
 }
 
 /// Takes `amount_cents` from the customer's balance, at most once per payment id.
+///
+/// The common case, a new payment, is one statement: it inserts the payment
+/// first (`ON CONFLICT DO NOTHING`: a concurrent insert of the same id is
+/// waited for), and only then debits the account and records the event. A
+/// payment that exists already, or a debit that did not happen, is sorted out
+/// afterwards (the existing payment locked); a rejection rolls the caller's
+/// transaction back, inserted payment included.
 #[tracing::instrument(name = "db.charge", skip_all, fields(
     otel.name = "charge payments", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
     db.operation.name = "charge", db.collection.name = "payments"))]
 pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -> Result<Payment> {
-    if let Some(existing) = lock_payment(conn, c.payment_id).await? {
-        return match existing.status {
-            PaymentStatus::Voided | PaymentStatus::Refunded => Err(Error::AlreadyRefunded(c.payment_id)),
-            PaymentStatus::Charged
-                if existing.customer_id != c.customer_id || existing.amount_cents != c.amount_cents =>
-            {
-                Err(Error::Mismatch(c.payment_id))
-            }
-            PaymentStatus::Charged => Ok(existing),
-        };
-    }
     let payment = Payment {
         id: c.payment_id,
         customer_id: c.customer_id,
@@ -154,21 +154,28 @@ pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -
     };
     let event =
         outbox.pending(NewEvent::new("payment", payment.id, "PaymentCharged", payment_event(&payment))?)?;
-    // One round trip: take the money, record the payment and its event, or none of them.
     let sql = format!(
-        "WITH debit AS (
+        "WITH payment AS (
+             INSERT INTO payments (id, customer_id, order_id, amount_cents, status)
+             VALUES ($3, $1, $4, $2, 'CHARGED')
+             ON CONFLICT (id) DO NOTHING
+             RETURNING id),
+         debit AS (
              UPDATE accounts SET balance_cents = balance_cents - $2, updated_at = now()
-             WHERE customer_id = $1 AND balance_cents >= $2
+             WHERE customer_id = $1 AND balance_cents >= $2 AND EXISTS (SELECT 1 FROM payment)
              RETURNING customer_id),
          {}
-         INSERT INTO payments (id, customer_id, order_id, amount_cents, status)
-         SELECT $3, customer_id, $4, $2, 'CHARGED' FROM debit",
+         SELECT EXISTS (SELECT 1 FROM payment), EXISTS (SELECT 1 FROM debit)",
         PendingEvent::cte("event", 5, Some("debit")),
     );
     let query =
-        sqlx::query(&sql).bind(c.customer_id).bind(c.amount_cents).bind(c.payment_id).bind(c.order_id);
-    let charged = event.bind(query).execute(&mut *conn).await?.rows_affected();
-    if charged == 0 {
+        sqlx::query_as(&sql).bind(c.customer_id).bind(c.amount_cents).bind(c.payment_id).bind(c.order_id);
+    let (inserted, debited): (bool, bool) = event.bind(query).fetch_one(&mut *conn).await?;
+    if debited {
+        return Ok(payment);
+    }
+    if inserted {
+        // No debit: the caller rolls back, and the payment with it.
         let account = get_account(conn, c.customer_id).await?;
         return Err(Error::InsufficientFunds {
             customer_id: c.customer_id,
@@ -176,7 +183,17 @@ pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -
             amount_cents: c.amount_cents,
         });
     }
-    Ok(payment)
+    // It conflicted, so it exists (payments are never deleted).
+    let existing = lock_payment(conn, c.payment_id).await?.ok_or(sqlx::Error::RowNotFound)?;
+    match existing.status {
+        PaymentStatus::Voided | PaymentStatus::Refunded => Err(Error::AlreadyRefunded(c.payment_id)),
+        PaymentStatus::Charged
+            if existing.customer_id != c.customer_id || existing.amount_cents != c.amount_cents =>
+        {
+            Err(Error::Mismatch(c.payment_id))
+        }
+        PaymentStatus::Charged => Ok(existing),
+    }
 }
 
 /// Gives a charge back. Refunding an unknown payment leaves a VOIDED
@@ -191,22 +208,32 @@ pub async fn refund(
     order_id: Uuid,
     reason: &str,
 ) -> Result<Payment> {
-    let Some(mut payment) = lock_payment(conn, payment_id).await? else {
-        sqlx::query(
-            "INSERT INTO payments (id, customer_id, order_id, amount_cents, status)
-             VALUES ($1, '00000000-0000-0000-0000-000000000000', $2, 0, 'VOIDED')",
-        )
-        .bind(payment_id)
-        .bind(order_id)
-        .execute(&mut *conn)
-        .await?;
-        return Ok(Payment {
-            id: payment_id,
-            customer_id: Uuid::nil(),
-            order_id,
-            amount_cents: 0,
-            status: PaymentStatus::Voided,
-        });
+    let mut payment = match lock_payment(conn, payment_id).await? {
+        Some(payment) => payment,
+        None => {
+            // A charge may be inserting this id right now: the insert waits for
+            // it, and if it committed, this refunds that charge.
+            let voided = sqlx::query(
+                "INSERT INTO payments (id, customer_id, order_id, amount_cents, status)
+                 VALUES ($1, '00000000-0000-0000-0000-000000000000', $2, 0, 'VOIDED')
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(payment_id)
+            .bind(order_id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            if voided == 1 {
+                return Ok(Payment {
+                    id: payment_id,
+                    customer_id: Uuid::nil(),
+                    order_id,
+                    amount_cents: 0,
+                    status: PaymentStatus::Voided,
+                });
+            }
+            lock_payment(conn, payment_id).await?.ok_or(sqlx::Error::RowNotFound)?
+        }
     };
     if payment.status != PaymentStatus::Charged {
         return Ok(payment);
