@@ -7,10 +7,10 @@
 //! commit's WAL flush (`PreCommit_Notify`), so such commits can never share a
 //! flush (group commit). Under `scripts/load` on the 2-core machine, most
 //! active backends were waiting on that lock (`wait_event_type = Lock`,
-//! `object`), and dropping the per-commit `NOTIFY` took the CPU per saga from
-//! 8.0-8.4 ms to 6.9-7.2 ms (the README has the pairs). Yet a busy relay needs
-//! no wake-up: it starts its next batch `min_batch_interval_ms` after the last
-//! one anyway. Only a sleeping relay does.
+//! `object`); with this protocol none do (the README has the samples and the
+//! pairs). Yet a busy relay needs no wake-up: it starts its next batch
+//! `min_batch_interval_ms` after the last one anyway. Only a sleeping relay
+//! does.
 //!
 //! # The protocol
 //!
@@ -115,8 +115,13 @@ impl Wake {
         let Some(l) = self.listener.as_mut() else {
             return Parking::Sleep;
         };
-        let park =
-            format!("SET lock_timeout = {}; SELECT pg_advisory_lock({WAKE_LOCK})", PARK_WAIT.as_millis());
+        // `SET LOCAL`: the two statements are one implicit transaction, so the
+        // timeout ends with it (the connection goes back to the pool one day);
+        // the session-level lock outlives it.
+        let park = format!(
+            "SET LOCAL lock_timeout = {}; SELECT pg_advisory_lock({WAKE_LOCK})",
+            PARK_WAIT.as_millis()
+        );
         let conn = match l.acquire().await {
             Ok(conn) => conn,
             Err(e) => {

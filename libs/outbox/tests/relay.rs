@@ -517,6 +517,14 @@ async fn an_idle_relay_parks_is_woken_and_releases_the_lock_when_it_stops() {
     }
     running.stop().await;
     assert_eq!(parked_relays(&env.pool).await, 0, "a stopped relay holds no lock");
+    // Nor did it leave its lock timeout on the connection it gave back.
+    let mut conns = Vec::new();
+    for _ in 0..env.pool.options().get_max_connections() {
+        let mut c = env.pool.acquire().await.unwrap();
+        let timeout: String = sqlx::query_scalar("SHOW lock_timeout").fetch_one(&mut *c).await.unwrap();
+        assert_eq!(timeout, "0", "a pooled connection keeps no lock_timeout");
+        conns.push(c);
+    }
 }
 
 /// A writer that wrote its event but has not committed holds the lock in
