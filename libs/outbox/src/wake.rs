@@ -46,6 +46,7 @@
 use crate::NOTIFY_CHANNEL;
 use sqlx::postgres::PgListener;
 use sqlx::{Acquire, Executor, PgConnection, PgPool};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 /// The advisory lock of the protocol (one per database), as the `bigint` key
@@ -60,12 +61,12 @@ pub const PARK_WAIT: Duration = Duration::from_millis(100);
 
 /// The SQL expression an outbox insert returns per row: the writer's side of
 /// the protocol.
-pub(crate) fn notify_if_parked() -> String {
+pub(crate) static NOTIFY_IF_PARKED: LazyLock<String> = LazyLock::new(|| {
     format!(
         "CASE WHEN pg_try_advisory_xact_lock_shared({WAKE_LOCK}) THEN NULL
               ELSE pg_notify('{NOTIFY_CHANNEL}', '')::text END"
     )
-}
+});
 
 /// What a relay does after a batch that found nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,26 +180,23 @@ impl Wake {
         let Some(l) = self.listener.as_mut() else {
             return std::future::pending().await;
         };
-        match l.try_recv().await {
-            Ok(Some(_)) => {
-                // `try_recv` is cancel-safe; polled once, it returns what is readable now.
-                while let Ok(n) = tokio::time::timeout(Duration::ZERO, l.try_recv()).await {
-                    match n {
-                        Ok(Some(_)) => {}
-                        Ok(None) => {
-                            self.parked = false;
-                            break;
-                        }
-                        Err(_) => {
-                            self.lost();
-                            break;
-                        }
-                    }
+        // Wait for the first, then take what is readable now (`try_recv` is
+        // cancel-safe: polled once, it returns what has arrived).
+        let mut next = Some(l.try_recv().await);
+        while let Some(received) = next {
+            match received {
+                Ok(Some(_)) => {}
+                // The connection dropped and sqlx reconnected it: a new session, without the lock.
+                Ok(None) => {
+                    self.parked = false;
+                    return;
+                }
+                Err(_) => {
+                    self.lost();
+                    return;
                 }
             }
-            // The connection dropped and sqlx reconnected it: a new session, without the lock.
-            Ok(None) => self.parked = false,
-            Err(_) => self.lost(),
+            next = tokio::time::timeout(Duration::ZERO, l.try_recv()).await.ok();
         }
     }
 

@@ -168,7 +168,7 @@ impl PendingEvent {
             p(6),
             p(7),
             p(8),
-            crate::wake::notify_if_parked(),
+            crate::wake::NOTIFY_IF_PARKED.as_str(),
         )
     }
 
