@@ -13,6 +13,12 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// Relay settings whose polling fallback (60 s) never fires within a test: an
+/// event published promptly was published because a NOTIFY woke the relay.
+fn no_polling() -> sagaworks_outbox::RelaySettings {
+    sagaworks_outbox::RelaySettings { poll_interval_ms: 60_000, ..relay_settings() }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_event_is_published_with_key_headers_and_payload_and_rolled_back_one_never() {
     let env = env("relay_commit").await;
@@ -288,7 +294,7 @@ async fn eventually_empty_backlog(env: &Env) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_event_is_written_by_its_business_statement_only_when_that_writes() {
     let env = env("relay_pending").await;
-    let settings = sagaworks_outbox::RelaySettings { poll_interval_ms: 60_000, ..relay_settings() };
+    let settings = no_polling();
     let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
     let running = Running::spawn(|t| relay.run(t));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -340,7 +346,7 @@ async fn a_pending_event_is_written_by_its_business_statement_only_when_that_wri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notify_wakes_the_relay_long_before_the_polling_fallback() {
     let env = env("relay_notify").await;
-    let settings = sagaworks_outbox::RelaySettings { poll_interval_ms: 60_000, ..relay_settings() };
+    let settings = no_polling();
     let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
     let running = Running::spawn(|t| relay.run(t));
     // Let the relay finish its first (empty) batch and start waiting.
@@ -372,11 +378,7 @@ async fn commits_within_the_batch_interval_share_a_batch() {
     };
     for (interval, fewest, most) in [(1_000, 1, 3), (0, 8, 10)] {
         sqlx::query("TRUNCATE outbox").execute(&env.pool).await.unwrap();
-        let settings = sagaworks_outbox::RelaySettings {
-            poll_interval_ms: 60_000,
-            min_batch_interval_ms: interval,
-            ..relay_settings()
-        };
+        let settings = sagaworks_outbox::RelaySettings { min_batch_interval_ms: interval, ..no_polling() };
         let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
         let running = Running::spawn(|t| relay.run(t));
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -502,7 +504,7 @@ async fn writers_notify_only_while_a_relay_is_parked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_relay_parks_is_woken_and_releases_the_lock_when_it_stops() {
     let env = env("relay_wake_park").await;
-    let settings = sagaworks_outbox::RelaySettings { poll_interval_ms: 60_000, ..relay_settings() };
+    let settings = no_polling();
     let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
     let running = Running::spawn(|t| relay.run(t));
     eventually_parked(&env.pool, 1).await;
@@ -539,7 +541,7 @@ async fn a_relay_does_not_sleep_through_a_writer_in_flight() {
     let event = NewEvent::new("account", "acc-1", "AccountCredited", serde_json::json!({ "n": 1 })).unwrap();
     writer.write(&mut tx, event).await.unwrap();
 
-    let settings = sagaworks_outbox::RelaySettings { poll_interval_ms: 60_000, ..relay_settings() };
+    let settings = no_polling();
     let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
     let running = Running::spawn(|t| relay.run(t));
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -559,7 +561,7 @@ async fn a_relay_does_not_sleep_through_a_writer_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_idle_relays_one_parks_and_a_commit_wakes_them() {
     let env = env("relay_wake_two").await;
-    let settings = sagaworks_outbox::RelaySettings { poll_interval_ms: 60_000, ..relay_settings() };
+    let settings = no_polling();
     let a = Relay::new(env.pool.clone(), &env.kafka, settings.clone()).unwrap();
     let b = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
     let (a, b) = (Running::spawn(|t| a.run(t)), Running::spawn(|t| b.run(t)));
