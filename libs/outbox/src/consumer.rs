@@ -800,6 +800,8 @@ pub async fn purge_inbox(pool: &PgPool, group: &str, retention_hours: i64) -> Re
                  WHERE consumer_group = $1 AND processed_at < now() - make_interval(hours => $2)
                  LIMIT $3)",
         )
+        // Planned on every run: a plan cached while the table was small scans it whole.
+        .persistent(false)
         .bind(group)
         .bind(i32::try_from(retention_hours.max(0)).unwrap_or(i32::MAX))
         .bind(crate::PURGE_CHUNK)

@@ -347,8 +347,16 @@ impl Relay {
         }
         // Not waiting for the WAL flush: a mark lost in a database crash only
         // publishes its rows again, which delivery allows (at least once).
-        let mark = format!("UPDATE outbox SET published_at = now() FROM {NO_FLUSH_WAIT} WHERE seq = ANY($1)");
-        sqlx::query(&mark).bind(&done).execute(&mut *tx).await?;
+        // Planned on every run (the simple protocol, the seqs written out):
+        // a prepared statement's cached plan, made while the table was small,
+        // scans the whole table, and the outbox grows for `retention_hours`.
+        let seqs = done.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        let mark =
+            format!("UPDATE outbox SET published_at = now() FROM {NO_FLUSH_WAIT} WHERE seq IN ({seqs})");
+        if !done.is_empty() {
+            // A bare `&str` runs as a simple query.
+            sqlx::Executor::execute(&mut *tx, mark.as_str()).await?;
+        }
         tx.commit().await?;
 
         let failed = rows.len() - done.len();
@@ -537,6 +545,8 @@ pub async fn purge(pool: &PgPool, retention_hours: i64) -> Result<u64, sqlx::Err
                  WHERE published_at IS NOT NULL AND published_at < now() - make_interval(hours => $1)
                  LIMIT $2)",
         )
+        // Planned on every run: a plan cached while the table was small scans it whole.
+        .persistent(false)
         .bind(i32::try_from(retention_hours).unwrap_or(i32::MAX))
         .bind(crate::PURGE_CHUNK)
         .execute(pool)

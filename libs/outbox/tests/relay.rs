@@ -591,3 +591,66 @@ async fn of_two_idle_relays_one_parks_and_a_commit_wakes_them() {
     b.stop().await;
     assert_eq!(parked_relays(&env.pool).await, 0, "stopped relays hold no lock");
 }
+
+/// The relay's statements read the outbox through its indexes whatever size
+/// the table had when a connection first ran them. Published rows stay for
+/// `retention_hours`, so a relay that scanned the table per batch would slow
+/// down as it grows. (A prepared statement's generic plan is cached per
+/// connection after five runs; made on a near-empty table, it is a full scan,
+/// and PostgreSQL only plans it again after an `ANALYZE`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_does_not_scan_the_whole_outbox_per_batch_as_it_grows() {
+    let env = env("relay_plans").await;
+    // Two connections: the LISTEN one and one for every batch, so the batches
+    // before and after the growth run on the same server process.
+    let options: sqlx::postgres::PgConnectOptions = env.db.url.parse().unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options.application_name("relay-plans"))
+        .await
+        .unwrap();
+    let relay = Relay::new(pool.clone(), &env.kafka, relay_settings()).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+    // Batches on a near-empty table: each event is a batch of its own.
+    for n in 0..10 {
+        credit(&env.pool, &format!("acc-{n}"), n, true).await;
+        eventually_empty_backlog(&env).await;
+    }
+    // The table grows: 30,000 published rows.
+    sqlx::query(
+        "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, source,
+                             content_type, payload, published_at)
+         SELECT gen_random_uuid(), 'account', 'old-' || i, 'AccountCredited', 1, '/sagaworks/test',
+                'application/json', '\\x7b7d', now()
+         FROM generate_series(1, 30000) AS i",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    for n in 10..20 {
+        credit(&env.pool, &format!("acc-{n}"), n, true).await;
+        eventually_empty_backlog(&env).await;
+    }
+    running.stop().await;
+    // A server process reports its table statistics when it exits, at the latest.
+    pool.close().await;
+    let stats = env.pool.clone();
+    sagaworks_test_support::eventually("the relay's connections to exit", WAIT, || {
+        let stats = stats.clone();
+        async move {
+            let n =
+                count(&stats, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'relay-plans'")
+                    .await;
+            (n == 0).then_some(())
+        }
+    })
+    .await;
+    // The statistics of an exiting process may land just after it left pg_stat_activity.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rows_scanned =
+        count(&env.pool, "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'outbox'").await;
+    assert!(
+        rows_scanned < 30_000,
+        "{rows_scanned} outbox rows read by full scans: a batch scanned the whole table"
+    );
+}
