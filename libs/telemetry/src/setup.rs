@@ -83,6 +83,8 @@ impl Drop for TelemetryGuard {
 ///   (spans still get ids, so logs and `traceparent` propagation keep working). The
 ///   SDK reads the other `OTEL_*` variables itself (`OTEL_TRACES_SAMPLER[_ARG]`,
 ///   `OTEL_BSP_*`, `OTEL_SPAN_*_LIMIT`, `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT|HEADERS|COMPRESSION`).
+/// * Span attributes: each span's fields and its code location; not its busy/idle
+///   time or thread (see the layer's settings below).
 ///
 /// Must be called inside a tokio runtime when export is enabled. A second call (or a
 /// call after someone else installed a subscriber) returns
@@ -94,8 +96,14 @@ pub fn init(
 ) -> Result<TelemetryGuard, TelemetryError> {
     let filter = log_filter(settings)?;
     let provider = tracer_provider(service_name, version, &otlp_endpoint(settings))?;
-    let otel_layer =
-        tracing_opentelemetry::layer().with_tracer(provider.tracer(SCOPE)).with_filter(LevelFilter::INFO);
+    // Not recorded: busy/idle time (two clock reads on every poll of every
+    // instrumented future) and the creating thread (meaningless for a task
+    // that moves between worker threads); both cost CPU on every span.
+    let otel_layer = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer(SCOPE))
+        .with_tracked_inactivity(false)
+        .with_threads(false)
+        .with_filter(LevelFilter::INFO);
 
     let log_layer = logs::layer(LogStyle::from_setting(&settings.log_format), std::io::stdout);
 
