@@ -59,6 +59,11 @@ impl Step {
     pub fn is_compensation(self) -> bool {
         matches!(self, Step::RefundPayment | Step::ReleaseStock)
     }
+
+    /// Runs in the order service alone, without a participant call.
+    pub fn is_local(self) -> bool {
+        matches!(self, Step::ConfirmOrder)
+    }
 }
 
 /// What happened when a step ran.

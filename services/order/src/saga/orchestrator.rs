@@ -7,7 +7,9 @@
 //! the order's change (with its outbox event, when there is one, in the same
 //! statement), so a replica that lost its lease can never overwrite the one
 //! that took over. The driver keeps the state it committed, so a saga costs
-//! one database round trip per step plus the participants' calls. Whatever
+//! one database round trip per step plus the participants' calls, and one
+//! fewer on the happy path: a step that succeeded and leads to a local step
+//! (`confirm_order`) commits its result with that step's. Whatever
 //! point a crash hits, the persisted state names a step whose (idempotent)
 //! re-execution is safe.
 //!
@@ -245,6 +247,8 @@ impl Orchestrator {
         mut begun: bool,
         stop: &tokio_util::sync::CancellationToken,
     ) -> Result<Driven, DriveError> {
+        // A step that succeeded and whose result commits with the next (local) step's.
+        let mut carried: Option<Step> = None;
         loop {
             if self.has_crashed() {
                 return Err(DriveError::Crashed("earlier".into()));
@@ -262,8 +266,16 @@ impl Orchestrator {
             }
             self.crash_at(CrashPoint::Before(step))?;
             let span = step_span(step);
-            let (next, finished) =
-                self.turn(id, step, &mut state, begun, &span).instrument(span.clone()).await?;
+            let (next, committed) = self
+                .turn(id, step, &mut state, begun, carried.take(), &span)
+                .instrument(span.clone())
+                .await?;
+            let Some(finished) = committed else {
+                // Not committed: it goes with the next step's commit.
+                carried = Some(step);
+                begun = false;
+                continue;
+            };
             match next {
                 Transition::Retry => return Ok(Driven::Deferred),
                 Transition::Complete | Transition::Cancel { .. } | Transition::Compensated => {
@@ -281,20 +293,27 @@ impl Orchestrator {
     }
 
     /// One step: run it (unless past its deadline), record its outcome on
-    /// `span` (the step's span), and commit the transition; `state` becomes
-    /// what was committed.
+    /// `span` (the step's span), and commit the transition (with the result
+    /// of `carried`, the step before, when it was deferred); `state` becomes
+    /// what was committed. Returns the commit time, or `None` when the commit
+    /// is deferred: a step that succeeded and leads to a local step (one
+    /// without a call, [`Step::is_local`]) commits its result with that
+    /// step's, one statement instead of two. A crash in between resumes the
+    /// saga at the deferred step, whose call is idempotent.
     async fn turn(
         &self,
         id: Uuid,
         step: Step,
         state: &mut State,
         begun: bool,
+        carried: Option<Step>,
         span: &tracing::Span,
-    ) -> Result<(Transition, DateTime<Utc>), DriveError> {
+    ) -> Result<(Transition, Option<DateTime<Utc>>), DriveError> {
         let (outcome, reservation) = if self.past_deadline(step, state) {
             (StepOutcome::Failed(format!("{} missed its deadline", step.as_str())), None)
         } else {
-            if !begun {
+            // A local step needs no attempt record: it has no deadline and no call to repeat.
+            if !begun && !step.is_local() {
                 let (attempts, started_at) = self.begin_step(id, step).await?;
                 state.attempts = Some(attempts);
                 state.step_started_at = Some(started_at);
@@ -307,9 +326,19 @@ impl Orchestrator {
         metrics::counter!("saga_steps_total", "step" => step.as_str(), "result" => label(&outcome))
             .increment(1);
         let next = transition(step, &outcome);
-        let finished = self.apply(id, step, state, &outcome, &next, reservation.as_ref()).await?;
+        if let Transition::Next(following) = next
+            && following.is_local()
+            && reservation.is_none()
+            && carried.is_none()
+        {
+            state.current_step = following.as_str().into();
+            state.attempts = None;
+            state.step_started_at = None;
+            return Ok((next, None));
+        }
+        let finished = self.apply(id, step, state, &outcome, &next, reservation.as_ref(), carried).await?;
         self.crash_at(CrashPoint::AfterCommit(step))?;
-        Ok((next, finished))
+        Ok((next, Some(finished)))
     }
 
     fn past_deadline(&self, step: Step, state: &State) -> bool {
@@ -463,8 +492,10 @@ impl Orchestrator {
         outcome: &StepOutcome,
         next: &Transition,
         reservation: Option<&inv::Reservation>,
+        carried: Option<Step>,
     ) -> Result<DateTime<Utc>, DriveError> {
-        let commit = Commit::new(&self.inner.settings, step, state, outcome, next, reservation);
+        let mut commit = Commit::new(&self.inner.settings, step, state, outcome, next, reservation);
+        commit.carried = carried.map(Step::as_str);
         let event = match next {
             Transition::Complete => Some(("OrderConfirmed", serde_json::json!({}))),
             Transition::Cancel { reason } => {
@@ -519,6 +550,8 @@ struct Commit<'a> {
     retry_delay_secs: Option<f64>,
     finished: bool,
     step: &'static str,
+    /// The step before, which succeeded and whose result commits now too.
+    carried: Option<&'static str>,
     step_status: &'static str,
     step_error: Option<&'a str>,
     order_id: Uuid,
@@ -553,6 +586,7 @@ impl<'a> Commit<'a> {
             retry_delay_secs: None,
             finished: false,
             step: step.as_str(),
+            carried: None,
             step_status,
             step_error,
             order_id: state.order_id,
@@ -616,9 +650,64 @@ impl<'a> Commit<'a> {
     ) -> Result<Option<(DateTime<Utc>, Option<i32>, Option<DateTime<Utc>>)>, sqlx::Error> {
         // Every part selects from `s`, the lease-guarded saga update: when
         // the lease is gone, none of them writes anything (the event neither).
-        let event_cte = match &event {
-            Some(_) => format!(",\n{}", PendingEvent::cte("event", 19, Some("s"))),
-            None => String::new(),
+        // Only the parts this outcome needs are in the statement: PostgreSQL
+        // sets up every part of a statement on each execution, used or not.
+        // Each shape is a prepared statement of its own.
+        let mut parts = vec![
+            "done AS (
+                 INSERT INTO saga_steps (saga_id, name, status, attempts, error, finished_at)
+                 SELECT id, $10, $11, 1, $12, CASE WHEN $11 = 'RUNNING' THEN NULL ELSE now() END FROM s
+                 ON CONFLICT (saga_id, name) DO UPDATE
+                     SET status = EXCLUDED.status, error = EXCLUDED.error, finished_at = EXCLUDED.finished_at)"
+                .to_string(),
+        ];
+        if let Some(carried) = self.carried {
+            // A step name: one of `Step`'s constants, never input.
+            parts.push(format!(
+                "carried AS (
+                 INSERT INTO saga_steps (saga_id, name, status, attempts, finished_at)
+                 SELECT id, '{carried}', 'SUCCEEDED', 1, now() FROM s
+                 ON CONFLICT (saga_id, name) DO UPDATE SET status = 'SUCCEEDED', error = NULL, finished_at = now())"
+            ));
+        }
+        if self.next_step.is_some() {
+            parts.push(
+                "next AS (
+                 INSERT INTO saga_steps (saga_id, name, status, attempts)
+                 SELECT id, $4, 'RUNNING', 1 FROM s
+                 ON CONFLICT (saga_id, name) DO UPDATE SET attempts = saga_steps.attempts + 1, status = 'RUNNING'
+                 RETURNING attempts, started_at)"
+                    .into(),
+            );
+        }
+        if !self.price_products.is_empty() {
+            parts.push(
+                "prices AS (
+                 UPDATE order_items SET unit_price_cents = p.price
+                 FROM s, UNNEST($14::uuid[], $15::bigint[]) AS p (product_id, price)
+                 WHERE order_items.order_id = $13 AND order_items.product_id = p.product_id)"
+                    .into(),
+            );
+        }
+        if self.total_cents.is_some() || self.order_status.is_some() {
+            parts.push(
+                "ord AS (
+                 UPDATE orders SET
+                     total_cents = COALESCE($16, total_cents),
+                     status = COALESCE($17, status),
+                     failure_reason = CASE WHEN $17::text IS NULL THEN failure_reason ELSE $18 END,
+                     updated_at = now()
+                 FROM s WHERE orders.id = $13)"
+                    .into(),
+            );
+        }
+        if event.is_some() {
+            parts.push(PendingEvent::cte("event", 19, Some("s")));
+        }
+        let next = if self.next_step.is_some() {
+            "(SELECT attempts FROM next), (SELECT started_at FROM next)"
+        } else {
+            "NULL::int, NULL::timestamptz"
         };
         // Only the end of a saga waits for its WAL flush; see the module docs.
         let no_flush_wait = if self.finished { String::new() } else { format!(", {NO_FLUSH_WAIT}") };
@@ -636,28 +725,9 @@ impl<'a> Commit<'a> {
                      updated_at = now()
                  WHERE id = $1 AND lease_owner = $2
                  RETURNING id),
-             done AS (
-                 INSERT INTO saga_steps (saga_id, name, status, attempts, error, finished_at)
-                 SELECT id, $10, $11, 1, $12, CASE WHEN $11 = 'RUNNING' THEN NULL ELSE now() END FROM s
-                 ON CONFLICT (saga_id, name) DO UPDATE
-                     SET status = EXCLUDED.status, error = EXCLUDED.error, finished_at = EXCLUDED.finished_at),
-             next AS (
-                 INSERT INTO saga_steps (saga_id, name, status, attempts)
-                 SELECT id, $4, 'RUNNING', 1 FROM s WHERE $4::text IS NOT NULL
-                 ON CONFLICT (saga_id, name) DO UPDATE SET attempts = saga_steps.attempts + 1, status = 'RUNNING'
-                 RETURNING attempts, started_at),
-             prices AS (
-                 UPDATE order_items SET unit_price_cents = p.price
-                 FROM s, UNNEST($14::uuid[], $15::bigint[]) AS p (product_id, price)
-                 WHERE order_items.order_id = $13 AND order_items.product_id = p.product_id),
-             ord AS (
-                 UPDATE orders SET
-                     total_cents = COALESCE($16, total_cents),
-                     status = COALESCE($17, status),
-                     failure_reason = CASE WHEN $17::text IS NULL THEN failure_reason ELSE $18 END,
-                     updated_at = now()
-                 FROM s WHERE orders.id = $13 AND ($16::bigint IS NOT NULL OR $17::text IS NOT NULL)){event_cte}
-             SELECT now(), (SELECT attempts FROM next), (SELECT started_at FROM next) FROM s{no_flush_wait}",
+             {}
+             SELECT now(), {next} FROM s{no_flush_wait}",
+            parts.join(",\n             "),
         );
         let query = sqlx::query_as(&sql)
             .bind(id)
