@@ -76,6 +76,13 @@ pub struct DatabaseSettings {
     /// load), and a dead connection is found by its first query anyway, whose
     /// error every caller already handles (retry, resume, redelivery).
     pub test_before_acquire: bool,
+    /// PostgreSQL's `plan_cache_mode` on the service's connections. The default,
+    /// `force_generic_plan`, plans each prepared statement once per connection.
+    /// PostgreSQL's own default (`auto`) compares the first five runs' plans with
+    /// a generic one and may settle on planning a statement on every run: under
+    /// load that cost inventory about 0.3 ms of CPU per saga, in some runs and
+    /// not others. Empty = the server's setting.
+    pub plan_cache_mode: String,
     /// Run the service's migrations at start-up.
     pub migrate: bool,
 }
@@ -87,6 +94,7 @@ impl Default for DatabaseSettings {
             max_connections: 10,
             acquire_timeout_ms: 3_000,
             test_before_acquire: false,
+            plan_cache_mode: "force_generic_plan".into(),
             migrate: true,
         }
     }

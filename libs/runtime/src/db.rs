@@ -19,7 +19,10 @@ pub enum DbError {
 /// A lazily connecting pool: the service starts (and reports not-ready) even
 /// when its database is down, and recovers when it comes back.
 pub fn pool(settings: &DatabaseSettings) -> Result<PgPool, DbError> {
-    let options = PgConnectOptions::from_str(&settings.url).map_err(DbError::Url)?;
+    let mut options = PgConnectOptions::from_str(&settings.url).map_err(DbError::Url)?;
+    if !settings.plan_cache_mode.is_empty() {
+        options = options.options([("plan_cache_mode", settings.plan_cache_mode.as_str())]);
+    }
     Ok(PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .acquire_timeout(Duration::from_millis(settings.acquire_timeout_ms))
@@ -52,5 +55,27 @@ pub async fn ping(pool: &PgPool, timeout: Duration) -> Result<(), String> {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("no answer within {timeout:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sagaworks_test_support::TestDatabase;
+
+    #[tokio::test]
+    async fn connections_use_the_configured_plan_cache_mode() {
+        let db = TestDatabase::create("db_plan_cache_mode").await;
+        for (setting, expected) in [("force_generic_plan", "force_generic_plan"), ("", "auto")] {
+            let settings = DatabaseSettings {
+                url: db.url.clone(),
+                plan_cache_mode: setting.into(),
+                ..Default::default()
+            };
+            let pool = pool(&settings).unwrap();
+            let mode: String = sqlx::query_scalar("SHOW plan_cache_mode").fetch_one(&pool).await.unwrap();
+            assert_eq!(mode, expected, "setting {setting:?}");
+            pool.close().await;
+        }
     }
 }
