@@ -350,10 +350,10 @@ impl Relay {
         // Planned on every run (the simple protocol, the seqs written out):
         // a prepared statement's cached plan, made while the table was small,
         // scans the whole table, and the outbox grows for `retention_hours`.
-        let seqs = done.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-        let mark =
-            format!("UPDATE outbox SET published_at = now() FROM {NO_FLUSH_WAIT} WHERE seq IN ({seqs})");
         if !done.is_empty() {
+            let seqs = done.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+            let mark =
+                format!("UPDATE outbox SET published_at = now() FROM {NO_FLUSH_WAIT} WHERE seq IN ({seqs})");
             // A bare `&str` runs as a simple query.
             sqlx::Executor::execute(&mut *tx, mark.as_str()).await?;
         }
