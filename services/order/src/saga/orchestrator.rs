@@ -336,7 +336,9 @@ impl Orchestrator {
             state.step_started_at = None;
             return Ok((next, None));
         }
-        let finished = self.apply(id, step, state, &outcome, &next, reservation.as_ref(), carried).await?;
+        let commit = Commit::new(&self.inner.settings, step, state, &outcome, &next, reservation.as_ref())
+            .carrying(carried);
+        let finished = self.apply(id, state, commit, &next).await?;
         self.crash_at(CrashPoint::AfterCommit(step))?;
         Ok((next, Some(finished)))
     }
@@ -480,22 +482,16 @@ impl Orchestrator {
         }
     }
 
-    /// Commits the step's result and the saga's next state — one statement,
-    /// guarded by the lease, with the outbox event when the saga ends — and
-    /// updates `state` to match. Returns the commit
-    /// time.
+    /// Runs `commit` (the step's result and the saga's next state) — one
+    /// statement, guarded by the lease, with the outbox event when the saga
+    /// ends — and updates `state` to match. Returns the commit time.
     async fn apply(
         &self,
         id: Uuid,
-        step: Step,
         state: &mut State,
-        outcome: &StepOutcome,
+        commit: Commit<'_>,
         next: &Transition,
-        reservation: Option<&inv::Reservation>,
-        carried: Option<Step>,
     ) -> Result<DateTime<Utc>, DriveError> {
-        let mut commit = Commit::new(&self.inner.settings, step, state, outcome, next, reservation);
-        commit.carried = carried.map(Step::as_str);
         let event = match next {
             Transition::Complete => Some(("OrderConfirmed", serde_json::json!({}))),
             Transition::Cancel { reason } => {
@@ -529,7 +525,7 @@ impl Orchestrator {
         let written = commit.execute(&mut conn, id, &self.inner.owner, self.lease_secs(), event).await?;
         let (at, attempts, started_at) = written.ok_or(DriveError::LeaseLost(id))?;
         if let Transition::Retry = next {
-            tracing::warn!(step = step.as_str(), delay_s = commit.retry_delay_secs, error = ?commit.step_error,
+            tracing::warn!(step = commit.step, delay_s = commit.retry_delay_secs, error = ?commit.step_error,
                 "saga step will be retried");
         }
         commit.update(state, attempts, started_at);
@@ -635,6 +631,11 @@ impl<'a> Commit<'a> {
             }
         }
         c
+    }
+
+    /// Also records `carried`, the step before (which succeeded), in the same statement.
+    fn carrying(self, carried: Option<Step>) -> Self {
+        Self { carried: carried.map(Step::as_str), ..self }
     }
 
     /// Runs the statement; `None` when this replica no longer holds the lease
