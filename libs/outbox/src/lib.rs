@@ -3,7 +3,8 @@
 //! * [`writer`] — [`OutboxWriter::write`] inserts a domain event into the
 //!   service's `outbox` table on the caller's transaction, so the event exists
 //!   if and only if the business change committed; [`PendingEvent`] lets a
-//!   business statement insert its event itself, in the same round trip.
+//!   business statement insert its event itself, in the same round trip,
+//!   and [`PendingEvents`] several events (of several aggregates) at once.
 //! * [`relay`] — [`Relay`] publishes committed rows to
 //!   `<topic_prefix>.<aggregate_type>` (key = aggregate id, CloudEvents
 //!   binary-mode headers), woken by `NOTIFY` with a polling fallback, and
@@ -99,6 +100,7 @@ pub use metrics::OutboxGauges;
 pub use relay::{Relay, RelaySettings};
 pub use writer::{
     MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxWriter, PENDING_EVENT_PARAMS, PendingEvent,
+    PendingEvents,
 };
 
 /// Migrations for the `outbox` and `inbox` tables (share `_sqlx_migrations`

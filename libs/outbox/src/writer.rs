@@ -187,6 +187,94 @@ impl PendingEvent {
     }
 }
 
+/// Several [`PendingEvent`]s that one business statement inserts, in order
+/// (the relay publishes an aggregate's events in insertion order), as one
+/// common table expression: a statement that changes many aggregates at once
+/// records all their events in the same round trip.
+#[derive(Debug, Clone, Default)]
+pub struct PendingEvents(Vec<PendingEvent>);
+
+impl PendingEvents {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, event: PendingEvent) {
+        self.0.push(event);
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `name AS (INSERT INTO outbox ...)`, one row per event, in the order
+    /// they were pushed; like [`PendingEvent::cte`], it NOTIFYs a sleeping
+    /// relay. It takes [`PENDING_EVENT_PARAMS`] parameters (arrays) from
+    /// `$first` on, bound by [`Self::bind`].
+    pub fn cte(name: &str, first: usize) -> String {
+        let p = |i: usize| format!("${}", first + i);
+        format!(
+            "{name} AS (
+                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, source,
+                                     content_type, payload, traceparent, tracestate)
+                 SELECT e.id, e.aggregate_type, e.aggregate_id, e.event_type, e.schema_version, e.source,
+                        'application/json', e.payload, e.traceparent, e.tracestate
+                 FROM UNNEST({}::uuid[], {}::text[], {}::text[], {}::text[], {}::int[], {}::text[],
+                             {}::bytea[], {}::text[], {}::text[])
+                      WITH ORDINALITY AS e (id, aggregate_type, aggregate_id, event_type, schema_version, source,
+                                            payload, traceparent, tracestate, n)
+                 ORDER BY e.n
+                 RETURNING {})",
+            p(0),
+            p(1),
+            p(2),
+            p(3),
+            p(4),
+            p(5),
+            p(6),
+            p(7),
+            p(8),
+            crate::wake::NOTIFY_IF_PARKED.as_str(),
+        )
+    }
+
+    /// Binds the events' [`PENDING_EVENT_PARAMS`] arrays, in the order of [`Self::cte`].
+    pub fn bind<'q, Q: Bind<'q>>(self, query: Q) -> Q {
+        let mut columns = (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+        for e in self.0 {
+            columns.0.push(e.id);
+            columns.1.push(e.aggregate_type);
+            columns.2.push(e.aggregate_id);
+            columns.3.push(e.event_type);
+            columns.4.push(e.schema_version);
+            columns.5.push(e.source);
+            columns.6.push(e.payload);
+            columns.7.push(e.traceparent);
+            columns.8.push(e.tracestate);
+        }
+        query
+            .bind_value(columns.0)
+            .bind_value(columns.1)
+            .bind_value(columns.2)
+            .bind_value(columns.3)
+            .bind_value(columns.4)
+            .bind_value(columns.5)
+            .bind_value(columns.6)
+            .bind_value(columns.7)
+            .bind_value(columns.8)
+    }
+}
+
+impl FromIterator<PendingEvent> for PendingEvents {
+    fn from_iter<I: IntoIterator<Item = PendingEvent>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
 /// A sqlx query that takes one more parameter: `query`, `query_as` and
 /// `query_scalar` alike.
 pub trait Bind<'q>: Sized {

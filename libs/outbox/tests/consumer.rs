@@ -345,6 +345,39 @@ async fn batches_handle_waiting_messages_in_one_transaction_and_fall_back_one_by
     consumer.stop().await;
 }
 
+/// With `batch_wait_ms`, a worker that has a message waits that long for
+/// more: events that trickle in (one every 30 ms) are handled in a few
+/// transactions instead of one or a few each, still once each and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_waits_batch_wait_ms_for_more_messages_to_batch() {
+    let env = env("consumer_batch_wait").await;
+    let settings = ConsumerSettings {
+        batch_size: 64,
+        batch_wait_ms: 1_000,
+        concurrency: 1,
+        ..consumer_settings("g-wait", &["account"])
+    };
+    let (relay, consumer) = start(&env, relay_settings(), settings, Recorder::default());
+    // In its group once it handled a first event.
+    credit(&env.pool, "acc-w", 0, true).await;
+    wait_for_effects(&env, 1).await;
+    for n in 1..=30 {
+        credit(&env.pool, "acc-w", n, true).await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    wait_for_effects(&env, 31).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ns: Vec<i64> = sqlx::query_scalar("SELECT n FROM effects WHERE n > 0 ORDER BY k")
+        .fetch_all(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(ns, (1..=30).collect::<Vec<_>>(), "once each, in order");
+    let transactions = count(&env.pool, "SELECT count(DISTINCT xmin::text) FROM effects WHERE n > 0").await;
+    assert!(transactions <= 4, "30 events over about a second in {transactions} transactions");
+    relay.stop().await;
+    consumer.stop().await;
+}
+
 /// The inbox forgets a group's events after the group's retention: the
 /// consumer deletes its expired rows when it starts (and hourly), and leaves
 /// newer rows and other groups' rows alone.

@@ -7,7 +7,8 @@ use rdkafka::message::Message;
 use sagaworks_outbox::kafka::topic_name;
 use sagaworks_outbox::wake::WAKE_LOCK;
 use sagaworks_outbox::{
-    MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxError, OutboxWriter, PendingEvent, Relay,
+    MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxError, OutboxWriter, PendingEvent, PendingEvents,
+    Relay,
 };
 use std::time::Duration;
 
@@ -339,6 +340,55 @@ async fn a_pending_event_is_written_by_its_business_statement_only_when_that_wri
     assert_eq!(header(m, "ce_type"), Some("AccountDebited"));
     assert_eq!(header(m, "ce_source"), Some("/sagaworks/test"));
     assert_eq!(payload_json(m), serde_json::json!({ "n": 7 }));
+    eventually_empty_backlog(&env).await;
+    running.stop().await;
+}
+
+/// [`PendingEvents`]: one business statement records several events, of
+/// several aggregates, in the order given (so an aggregate's events keep
+/// their order on Kafka), and wakes the relay like a single one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_events_are_written_by_one_statement_in_the_order_given() {
+    let env = env("relay_pending_many").await;
+    let relay = Relay::new(env.pool.clone(), &env.kafka, no_polling()).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let writer = OutboxWriter::new("test");
+    let mut events = PendingEvents::new();
+    let mut ids = vec![];
+    for (account, n) in [("acc-1", 1), ("acc-2", 2), ("acc-1", 3)] {
+        let event =
+            NewEvent::new("account", account, "AccountCredited", serde_json::json!({ "n": n })).unwrap();
+        let event = writer.pending(event).unwrap();
+        ids.push(event.id());
+        events.push(event);
+    }
+    let sql = format!(
+        "WITH credit AS (INSERT INTO accounts (id, balance) VALUES ('acc-1', 4), ('acc-2', 2) RETURNING id),
+              {}
+         SELECT count(*) FROM credit",
+        PendingEvents::cte("events", 1),
+    );
+    let started = std::time::Instant::now();
+    let credited: i64 = events.bind(sqlx::query_scalar(&sql)).fetch_one(&env.pool).await.unwrap();
+    assert_eq!(credited, 2);
+    let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as("SELECT id, aggregate_id FROM outbox ORDER BY seq")
+        .fetch_all(&env.pool)
+        .await
+        .unwrap();
+    let expected: Vec<(uuid::Uuid, String)> =
+        ids.iter().zip(["acc-1", "acc-2", "acc-1"]).map(|(id, a)| (*id, a.to_string())).collect();
+    assert_eq!(rows, expected, "one row per event, in the order given");
+
+    let topic = topic_name(&env.kafka, "account");
+    let msgs = read_topic(&env.kafka, &topic, WAIT, |m| m.len() >= 3).await;
+    assert!(started.elapsed() < Duration::from_secs(10), "woken by the statement's NOTIFY");
+    let of_acc_1: Vec<serde_json::Value> =
+        msgs.iter().filter(|m| m.key() == Some(b"acc-1".as_slice())).map(payload_json).collect();
+    assert_eq!(of_acc_1, [serde_json::json!({ "n": 1 }), serde_json::json!({ "n": 3 })]);
+    let m = msgs.iter().find(|m| m.key() == Some(b"acc-2".as_slice())).unwrap();
+    assert_eq!(header(m, "ce_id"), Some(ids[1].to_string().as_str()));
+    assert_eq!(header(m, "ce_source"), Some("/sagaworks/test"));
     eventually_empty_backlog(&env).await;
     running.stop().await;
 }
