@@ -531,6 +531,18 @@ async fn concurrent_orders_never_oversell() {
     assert_eq!(confirmed, 10);
     let (available, reserved, sold) = stack.stock(&product).await;
     assert_eq!((available, reserved + sold), (0, 10), "never oversold, never negative");
+    // Inventory commits the confirmed orders' reservations in batches (one
+    // product in many of them): every unit ends sold, once.
+    let stock = sagaworks_test_support::eventually(
+        "every reservation committed",
+        std::time::Duration::from_secs(30),
+        || async {
+            let stock = stack.stock(&product).await;
+            (stock.1 == 0).then_some(stock)
+        },
+    )
+    .await;
+    assert_eq!(stock, (0, 0, 10));
     let mut spent = 0;
     for c in &customers {
         spent += 100_000 - stack.balance(c).await;
@@ -677,4 +689,66 @@ async fn a_compensation_racing_its_forward_call_waits_for_it() {
     .await;
     assert!(matches!(late, Err(payment::error::Error::AlreadyRefunded(_))), "{late:?}");
     assert_eq!(stack.balance(&customer.to_string()).await, 1_000);
+}
+
+/// Inventory commits a batch of confirmed orders' reservations in two
+/// statements: every line's units move once (a product in several
+/// reservations too), each reservation gets its own event, a repeat changes
+/// nothing, and one released or unknown reservation fails the whole batch.
+#[tokio::test]
+async fn reservations_are_committed_in_batches_all_or_nothing() {
+    use inventory::stock::{self, ReservationStatus, ToCommit};
+    use sqlx::Connection;
+    let stack = Stack::start().await;
+    let p: uuid::Uuid = stack.product(100, 20).await.parse().unwrap();
+    let q: uuid::Uuid = stack.product(300, 20).await.parse().unwrap();
+    let outbox = sagaworks_outbox::OutboxWriter::new("inventory");
+    let mut conn = sqlx::PgConnection::connect(&stack.inventory_db.url).await.unwrap();
+    let mut reserve = async |items: &[(uuid::Uuid, i64)]| {
+        let id = uuid::Uuid::new_v4();
+        let items = items.iter().copied().collect();
+        stock::reserve(&mut conn, &outbox, id, uuid::Uuid::new_v4(), &items).await.unwrap();
+        id
+    };
+    let batch = [reserve(&[(p, 1)]).await, reserve(&[(p, 2), (q, 1)]).await, reserve(&[(q, 3)]).await];
+    let (released, fresh) = (reserve(&[(p, 4)]).await, reserve(&[(q, 5)]).await);
+    stock::release(&mut conn, &outbox, released, uuid::Uuid::new_v4(), "gave up").await.unwrap();
+    assert_eq!(stack.stock(&p.to_string()).await, (17, 3, 0));
+    assert_eq!(stack.stock(&q.to_string()).await, (11, 9, 0));
+    let requests = |ids: &[uuid::Uuid]| -> Vec<ToCommit> {
+        ids.iter().map(|&reservation_id| ToCommit { reservation_id, span: tracing::Span::none() }).collect()
+    };
+    let events = async |conn: &mut sqlx::PgConnection| -> Vec<String> {
+        sqlx::query_scalar("SELECT aggregate_id FROM outbox WHERE event_type = 'StockCommitted' ORDER BY seq")
+            .fetch_all(conn)
+            .await
+            .unwrap()
+    };
+
+    let committed = stock::commit_all(&mut conn, &outbox, &requests(&batch)).await.unwrap();
+    assert!(committed.iter().all(|r| r.status == ReservationStatus::Committed));
+    assert_eq!(stack.stock(&p.to_string()).await, (17, 0, 3), "both lines of p moved");
+    assert_eq!(stack.stock(&q.to_string()).await, (11, 5, 4), "q's reservation of 5 stays");
+    let mut expected: Vec<String> = batch.iter().map(|id| id.to_string()).collect();
+    expected.sort();
+    assert_eq!(events(&mut conn).await, expected, "one event per reservation, in lock order");
+
+    // Committing them again (a redelivery that the inbox missed) changes nothing.
+    stock::commit_all(&mut conn, &outbox, &requests(&batch)).await.unwrap();
+    assert_eq!(stack.stock(&p.to_string()).await, (17, 0, 3));
+    assert_eq!(events(&mut conn).await.len(), 3);
+
+    // A batch with a released or an unknown reservation: an error, and the
+    // caller's transaction is rolled back, the fresh reservation's commit with it.
+    for bad in [released, uuid::Uuid::new_v4()] {
+        let mut tx = conn.begin().await.unwrap();
+        let failed = stock::commit_all(&mut tx, &outbox, &requests(&[fresh, bad])).await;
+        match failed {
+            Err(inventory::error::Error::AlreadyReleased(id)) if bad == released => assert_eq!(id, bad),
+            Err(inventory::error::Error::ReservationNotFound(id)) if bad != released => assert_eq!(id, bad),
+            other => panic!("{other:?}"),
+        }
+        tx.rollback().await.unwrap();
+        assert_eq!(stack.stock(&q.to_string()).await, (11, 5, 4), "nothing of the batch took effect");
+    }
 }

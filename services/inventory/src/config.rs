@@ -39,6 +39,11 @@ impl Default for Settings {
             consumer: ConsumerSettings {
                 group_id: "inventory".into(),
                 topics: vec!["order"].into_iter().map(String::from).collect(),
+                // OrderConfirmed in batches: a batch is five round trips and one
+                // commit whatever its size (`OrderEvents::handle_many`), and no
+                // saga waits for it.
+                batch_size: 64,
+                batch_wait_ms: 50,
                 ..Default::default()
             },
         }

@@ -8,7 +8,7 @@
 
 use crate::error::{Error, Result};
 use chrono::{DateTime, Utc};
-use sagaworks_outbox::{NewEvent, OutboxWriter, PendingEvent};
+use sagaworks_outbox::{NewEvent, OutboxWriter, PendingEvents};
 use serde::{Deserialize, Serialize};
 use sqlx::types::Json;
 use sqlx::{FromRow, PgConnection};
@@ -148,24 +148,37 @@ pub async fn list_products(conn: &mut PgConnection, limit: i64) -> Result<Vec<Pr
 /// every operation on an existing reservation (a repeated reserve, release,
 /// commit); creating one is serialised by the primary key (see [`reserve`]).
 async fn lock_reservation(conn: &mut PgConnection, id: Uuid) -> Result<Option<Reservation>> {
-    // The reservation and its lines (in product order, the lock order), in one round trip.
-    type Row = (Uuid, String, i64, Json<Vec<Line>>);
-    let Some((order_id, status, total_cents, lines)) = sqlx::query_as::<_, Row>(
-        "SELECT order_id, status, total_cents,
+    Ok(lock_reservations(conn, &[id]).await?.pop())
+}
+
+/// [`lock_reservation`] for several (those that exist), locked in id order
+/// like products are, so two transactions locking overlapping sets cannot
+/// deadlock.
+async fn lock_reservations(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<Reservation>> {
+    // The reservations and their lines (in product order, the lock order), in one round trip.
+    type Row = (Uuid, Uuid, String, i64, Json<Vec<Line>>);
+    let rows = sqlx::query_as::<_, Row>(
+        "SELECT id, order_id, status, total_cents,
                 (SELECT COALESCE(json_agg(l ORDER BY l.product_id), '[]')
                  FROM (SELECT product_id, quantity, unit_price_cents FROM reservation_lines
                        WHERE reservation_id = r.id) l)
-         FROM reservations r WHERE id = $1
+         FROM reservations r WHERE id = ANY($1)
+         ORDER BY id
          FOR UPDATE",
     )
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await?
-    else {
-        return Ok(None);
-    };
-    let status = ReservationStatus::parse(&status);
-    Ok(Some(Reservation { id, order_id, status, lines: lines.0, total_cents }))
+    .bind(ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, order_id, status, total_cents, lines)| Reservation {
+            id,
+            order_id,
+            status: ReservationStatus::parse(&status),
+            lines: lines.0,
+            total_cents,
+        })
+        .collect())
 }
 
 /// Reserves every item or none. `items` maps product id to quantity (duplicates
@@ -331,54 +344,112 @@ pub async fn release(
     });
     let event = outbox.pending(NewEvent::new("reservation", reservation_id, "StockReleased", payload)?)?;
     let back = "available = p.available + i.quantity, reserved = p.reserved - i.quantity";
-    settle(conn, &r, back, "RELEASED", event).await?;
+    settle(conn, std::slice::from_ref(&r), back, "RELEASED", PendingEvents::from_iter([event])).await?;
     r.status = ReservationStatus::Released;
     Ok(r)
 }
 
 /// Turns a reservation into a sale (on `OrderConfirmed`). Idempotent; a
 /// reservation that is unknown or released is left alone and reported.
-#[tracing::instrument(name = "db.commit", skip_all, fields(
-    otel.name = "commit reservations", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
-    db.operation.name = "commit", db.collection.name = "reservations"))]
 pub async fn commit(
     conn: &mut PgConnection,
     outbox: &OutboxWriter,
     reservation_id: Uuid,
 ) -> Result<Reservation> {
-    let mut r =
-        lock_reservation(conn, reservation_id).await?.ok_or(Error::ReservationNotFound(reservation_id))?;
-    match r.status {
-        ReservationStatus::Committed => return Ok(r),
-        ReservationStatus::Released => return Err(Error::AlreadyReleased(reservation_id)),
-        ReservationStatus::Reserved => {}
-    }
-    let payload = ReservationEvent {
-        reservation_id,
-        order_id: r.order_id,
-        lines: &r.lines,
-        total_cents: r.total_cents,
-    };
-    let event = outbox.pending(NewEvent::new("reservation", reservation_id, "StockCommitted", &payload)?)?;
-    settle(conn, &r, "sold = p.sold + i.quantity, reserved = p.reserved - i.quantity", "COMMITTED", event)
-        .await?;
-    r.status = ReservationStatus::Committed;
-    Ok(r)
+    let request = ToCommit { reservation_id, span: tracing::Span::current() };
+    let mut committed = commit_all(conn, outbox, std::slice::from_ref(&request)).await?;
+    committed.pop().ok_or(Error::ReservationNotFound(reservation_id))
 }
 
-/// Moves every line's units between two counters (`assignment`, with the
-/// quantity as `i.quantity`), sets the reservation's status and records
-/// `event`, in one round trip; the products are locked in id order, like
-/// reserve does.
+/// One reservation for [`commit_all`].
+#[derive(Debug, Clone)]
+pub struct ToCommit {
+    pub reservation_id: Uuid,
+    /// The span of the request (a consumer's `process` span): the
+    /// reservation's `StockCommitted` event continues its trace.
+    pub span: tracing::Span,
+}
+
+/// [`commit`] for several reservations at once: two statements whatever
+/// their number (lock them, then move every line's units and record every
+/// event). All or nothing: one unknown or released reservation is reported
+/// and nothing is committed (the caller rolls back). Returns the
+/// reservations in id order.
+///
+/// Its database span is a child of the current span (make it the first
+/// request's) and is linked to the other requests' spans.
+#[tracing::instrument(name = "db.commit", skip_all, fields(
+    otel.name = "commit reservations", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
+    db.operation.name = "commit", db.collection.name = "reservations",
+    db.operation.batch.size = requests.len()))]
+pub async fn commit_all(
+    conn: &mut PgConnection,
+    outbox: &OutboxWriter,
+    requests: &[ToCommit],
+) -> Result<Vec<Reservation>> {
+    for other in requests.iter().skip(1) {
+        tracing::Span::current().follows_from(&other.span);
+    }
+    let spans: BTreeMap<Uuid, &tracing::Span> =
+        requests.iter().map(|r| (r.reservation_id, &r.span)).collect();
+    let ids: Vec<Uuid> = spans.keys().copied().collect();
+    let mut found = lock_reservations(conn, &ids).await?;
+    if let Some(missing) = ids.iter().find(|id| !found.iter().any(|r| r.id == **id)) {
+        return Err(Error::ReservationNotFound(*missing));
+    }
+    if let Some(released) = found.iter().find(|r| r.status == ReservationStatus::Released) {
+        return Err(Error::AlreadyReleased(released.id));
+    }
+    let open: Vec<Reservation> =
+        found.iter().filter(|r| r.status == ReservationStatus::Reserved).cloned().collect();
+    if open.is_empty() {
+        return Ok(found);
+    }
+    let mut events = PendingEvents::new();
+    for r in &open {
+        let payload = ReservationEvent {
+            reservation_id: r.id,
+            order_id: r.order_id,
+            lines: &r.lines,
+            total_cents: r.total_cents,
+        };
+        let event = NewEvent::new("reservation", r.id, "StockCommitted", &payload)?;
+        // The event continues the trace of the request that asked for it.
+        events.push(spans[&r.id].in_scope(|| outbox.pending(event))?);
+    }
+    settle(
+        conn,
+        &open,
+        "sold = p.sold + i.quantity, reserved = p.reserved - i.quantity",
+        "COMMITTED",
+        events,
+    )
+    .await?;
+    for r in &mut found {
+        r.status = ReservationStatus::Committed;
+    }
+    Ok(found)
+}
+
+/// Moves every line's units of `reservations` between two counters
+/// (`assignment`, with the quantity as `i.quantity`), sets their status and
+/// records `events`, in one round trip; the products are locked in id order,
+/// like reserve does (one product's lines in several reservations are summed:
+/// an `UPDATE` changes a row once).
 async fn settle(
     conn: &mut PgConnection,
-    r: &Reservation,
+    reservations: &[Reservation],
     assignment: &str,
     status: &str,
-    event: PendingEvent,
+    events: PendingEvents,
 ) -> Result<()> {
-    let products: Vec<Uuid> = r.lines.iter().map(|l| l.product_id).collect();
-    let quantities: Vec<i64> = r.lines.iter().map(|l| l.quantity).collect();
+    let ids: Vec<Uuid> = reservations.iter().map(|r| r.id).collect();
+    let mut per_product: BTreeMap<Uuid, i64> = BTreeMap::new();
+    for line in reservations.iter().flat_map(|r| &r.lines) {
+        *per_product.entry(line.product_id).or_default() += line.quantity;
+    }
+    let products: Vec<Uuid> = per_product.keys().copied().collect();
+    let quantities: Vec<i64> = per_product.values().copied().collect();
     let sql = format!(
         "WITH locked AS MATERIALIZED (
              SELECT id FROM products WHERE id = ANY($2) ORDER BY id FOR UPDATE),
@@ -387,10 +458,10 @@ async fn settle(
              FROM locked, UNNEST($2::uuid[], $3::bigint[]) AS i (product_id, quantity)
              WHERE p.id = locked.id AND p.id = i.product_id),
          {}
-         UPDATE reservations SET status = $4, updated_at = now() WHERE id = $1",
-        PendingEvent::cte("event", 5, None),
+         UPDATE reservations SET status = $4, updated_at = now() WHERE id = ANY($1)",
+        PendingEvents::cte("event", 5),
     );
-    let query = sqlx::query(&sql).bind(r.id).bind(products).bind(quantities).bind(status);
-    event.bind(query).execute(conn).await?;
+    let query = sqlx::query(&sql).bind(ids).bind(products).bind(quantities).bind(status);
+    events.bind(query).execute(conn).await?;
     Ok(())
 }
