@@ -117,6 +117,9 @@ pub struct RelaySettings {
     /// committed in that time go out in one batch (one claim, one mark, one
     /// commit, one produce round) instead of a batch per commit; an event
     /// waits at most this long for its batch. `0`: the next batch at once.
+    /// The default, 50 ms, against 10 ms at 300+ sagas/s (`scripts/load`):
+    /// the broker's CPU per saga went from 0.62 to 0.41-0.51 ms, for events
+    /// that nobody waits on synchronously (the saga's calls are gRPC).
     pub min_batch_interval_ms: u64,
     /// Aggregate heads claimed per batch.
     pub batch_size: i64,
@@ -140,7 +143,7 @@ impl Default for RelaySettings {
             enabled: true,
             service: "unknown".into(),
             poll_interval_ms: 1_000,
-            min_batch_interval_ms: 10,
+            min_batch_interval_ms: 50,
             batch_size: 500,
             retention_hours: 24,
             backoff_base_ms: 100,
@@ -564,7 +567,7 @@ mod tests {
         assert!(!s.enabled);
         assert_eq!(s.batch_size, 50);
         assert_eq!(s.poll_interval_ms, 1_000, "missing keys keep their defaults");
-        assert_eq!(s.min_batch_interval_ms, 10);
+        assert_eq!(s.min_batch_interval_ms, 50);
         assert_eq!(s.retention_hours, 24);
         assert!(RelaySettings::default().enabled);
     }

@@ -46,7 +46,10 @@ impl Default for Settings {
                 group_id: "order-timeline".into(),
                 topics: vec!["order", "reservation", "payment"].into_iter().map(String::from).collect(),
                 // The timeline only inserts its own rows: batches cannot deadlock.
+                // Waiting 50 ms for more events makes a batch one transaction for
+                // several sagas' events under load.
                 batch_size: 64,
+                batch_wait_ms: 50,
                 ..Default::default()
             },
             inventory: ClientSettings::with_url("http://127.0.0.1:50052"),
