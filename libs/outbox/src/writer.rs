@@ -133,6 +133,9 @@ pub struct PendingEvent {
     tracestate: Option<String>,
 }
 
+/// The columns [`PendingEvent::cte`] and [`PendingEvents::cte`] insert, in their order.
+const OUTBOX_COLUMNS: &str = "id, aggregate_type, aggregate_id, event_type, schema_version, source, content_type, payload, traceparent, tracestate";
+
 /// How many parameters [`PendingEvent::cte`] takes.
 pub const PENDING_EVENT_PARAMS: usize = 9;
 
@@ -155,8 +158,7 @@ impl PendingEvent {
         let from = once_per.map(|cte| format!(" FROM {cte}")).unwrap_or_default();
         format!(
             "{name} AS (
-                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, source,
-                                     content_type, payload, traceparent, tracestate)
+                 INSERT INTO outbox ({OUTBOX_COLUMNS})
                  SELECT {}, {}, {}, {}, {}, {}, 'application/json', {}, {}, {}{from}
                  RETURNING {})",
             p(0),
@@ -219,8 +221,7 @@ impl PendingEvents {
         let p = |i: usize| format!("${}", first + i);
         format!(
             "{name} AS (
-                 INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, source,
-                                     content_type, payload, traceparent, tracestate)
+                 INSERT INTO outbox ({OUTBOX_COLUMNS})
                  SELECT e.id, e.aggregate_type, e.aggregate_id, e.event_type, e.schema_version, e.source,
                         'application/json', e.payload, e.traceparent, e.tracestate
                  FROM UNNEST({}::uuid[], {}::text[], {}::text[], {}::text[], {}::int[], {}::text[],
