@@ -1,0 +1,417 @@
+//! A saga's definition: its steps in order, the pivot, each step's
+//! compensation, deadline and retry policy.
+//!
+//! The builder only offers what is allowed where it stands, so a misdeclared
+//! saga does not compile: before the pivot every step comes with its
+//! compensation ([`Builder::compensatable`]); the pivot may have one
+//! ([`Builder::pivot`], [`Builder::pivot_compensatable`]); after it, steps
+//! have none ([`Builder::retriable`]) and a definition without a pivot cannot
+//! be built. What only a value can show (names, duplicates, retry counts) is
+//! checked by [`Builder::build`], which returns a [`DefinitionError`].
+//!
+//! ```
+//! # use sagaworks_saga::{Action, Compensation, Definition, Saga, StepContext, StepError};
+//! # struct Trip; impl Saga for Trip { const NAME: &'static str = "trip"; type Input = (); }
+//! # struct Book; impl Action<Trip> for Book { const NAME: &'static str = "book"; type Output = ();
+//! #   async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> { Ok(()) } }
+//! # struct Cancel; impl Compensation<Trip> for Cancel { const NAME: &'static str = "cancel";
+//! #   async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> { Ok(()) } }
+//! # struct Pay; impl Action<Trip> for Pay { const NAME: &'static str = "pay"; type Output = ();
+//! #   async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> { Ok(()) } }
+//! # struct Mail; impl Action<Trip> for Mail { const NAME: &'static str = "mail"; type Output = ();
+//! #   async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> { Ok(()) } }
+//! let trip = Definition::builder(Trip)
+//!     .compensatable(Book, Cancel)
+//!     .pivot(Pay)
+//!     .retriable(Mail)
+//!     .build()
+//!     .unwrap();
+//! assert_eq!(trip.shape().names(), ["book", "pay", "mail", "cancel"]);
+//! ```
+//!
+//! A compensatable step without its compensation does not compile
+//! (E0061: the method takes two arguments):
+//!
+//! ```compile_fail,E0061
+//! # use sagaworks_saga::{Action, Compensation, Definition, Saga, StepContext, StepError};
+//! # struct Trip; impl Saga for Trip { const NAME: &'static str = "trip"; type Input = (); }
+//! # struct Book; impl Action<Trip> for Book { const NAME: &'static str = "book"; type Output = ();
+//! #   async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> { Ok(()) } }
+//! # struct Pay; impl Action<Trip> for Pay { const NAME: &'static str = "pay"; type Output = ();
+//! #   async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> { Ok(()) } }
+//! let trip = Definition::builder(Trip).compensatable(Book).pivot(Pay).build();
+//! ```
+//!
+//! Nor does a step after the pivot with a compensation (E0599: no method
+//! `compensatable` on a builder past its pivot):
+//!
+//! ```compile_fail,E0599
+//! # use sagaworks_saga::{Action, Compensation, Definition, Saga, StepContext, StepError};
+//! # struct Trip; impl Saga for Trip { const NAME: &'static str = "trip"; type Input = (); }
+//! # struct Pay; impl Action<Trip> for Pay { const NAME: &'static str = "pay"; type Output = ();
+//! #   async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> { Ok(()) } }
+//! # struct Mail; impl Action<Trip> for Mail { const NAME: &'static str = "mail"; type Output = ();
+//! #   async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> { Ok(()) } }
+//! # struct Unmail; impl Compensation<Trip> for Unmail { const NAME: &'static str = "unmail";
+//! #   async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> { Ok(()) } }
+//! let trip = Definition::builder(Trip).pivot(Pay).compensatable(Mail, Unmail).build();
+//! ```
+//!
+//! Nor a saga without a pivot (E0599: no method `build` before the pivot):
+//!
+//! ```compile_fail,E0599
+//! # use sagaworks_saga::{Action, Compensation, Definition, Saga, StepContext, StepError};
+//! # struct Trip; impl Saga for Trip { const NAME: &'static str = "trip"; type Input = (); }
+//! # struct Book; impl Action<Trip> for Book { const NAME: &'static str = "book"; type Output = ();
+//! #   async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> { Ok(()) } }
+//! # struct Cancel; impl Compensation<Trip> for Cancel { const NAME: &'static str = "cancel";
+//! #   async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> { Ok(()) } }
+//! let trip = Definition::builder(Trip).compensatable(Book, Cancel).build();
+//! ```
+
+use crate::statement::Statement;
+use crate::step::{Action, Compensation, Saga, StepContext, StepError};
+use futures::future::BoxFuture;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+/// Where a step stands relative to the pivot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    /// Before the pivot: has a compensation.
+    Compensatable,
+    /// The point of no return. May have a compensation, run when the pivot
+    /// failed in a way that may have had an effect.
+    Pivot,
+    /// After the pivot: retried until it succeeds, never compensated.
+    Retriable,
+}
+
+/// A step's deadline and retry policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepOptions {
+    /// A step (before or at the pivot) still unfinished this long after its
+    /// first attempt started, across crashes and restarts, is given up and
+    /// compensated. `None`: the engine's `step_deadline_ms`.
+    pub deadline: Option<Duration>,
+    /// Attempts of a step before or at the pivot before a failure (one that
+    /// may have had an effect) is given up and compensated; retried with
+    /// backoff in between. Steps after the pivot and compensations are
+    /// retried without limit.
+    pub max_attempts: u32,
+}
+
+impl Default for StepOptions {
+    fn default() -> Self {
+        Self { deadline: None, max_attempts: 1 }
+    }
+}
+
+impl StepOptions {
+    pub fn deadline(self, deadline: Duration) -> Self {
+        Self { deadline: Some(deadline), ..self }
+    }
+
+    pub fn max_attempts(self, max_attempts: u32) -> Self {
+        Self { max_attempts, ..self }
+    }
+}
+
+/// A definition that cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DefinitionError {
+    #[error(
+        "saga {saga:?}: step name {name:?} is not lower case letters, digits and '_' (starting with a letter)"
+    )]
+    InvalidName { saga: &'static str, name: &'static str },
+    #[error("saga {saga:?}: the name {name:?} is used twice (step and compensation names must be unique)")]
+    DuplicateName { saga: &'static str, name: &'static str },
+    #[error("saga {saga:?}: step {step:?} has max_attempts 0 (it could never run)")]
+    NoAttempts { saga: &'static str, step: &'static str },
+    #[error("saga {saga:?}: step {step:?} has a zero deadline (it could never run)")]
+    ZeroDeadline { saga: &'static str, step: &'static str },
+}
+
+pub(crate) trait ForwardDyn<S: Saga>: Send + Sync {
+    fn run<'a>(&'a self, ctx: &'a StepContext<'a, S>) -> BoxFuture<'a, Result<serde_json::Value, StepError>>;
+    fn record(
+        &self,
+        ctx: &StepContext<'_, S>,
+        output: &serde_json::Value,
+        w: &mut Statement,
+    ) -> Result<(), StepError>;
+}
+
+struct Forward<A>(A);
+
+impl<S: Saga, A: Action<S>> ForwardDyn<S> for Forward<A> {
+    fn run<'a>(&'a self, ctx: &'a StepContext<'a, S>) -> BoxFuture<'a, Result<serde_json::Value, StepError>> {
+        Box::pin(async move {
+            let output = self.0.run(ctx).await?;
+            serde_json::to_value(output)
+                .map_err(|e| StepError::Failed(format!("output of {} does not encode: {e}", A::NAME)))
+        })
+    }
+
+    fn record(
+        &self,
+        ctx: &StepContext<'_, S>,
+        output: &serde_json::Value,
+        w: &mut Statement,
+    ) -> Result<(), StepError> {
+        let output: A::Output = serde_json::from_value(output.clone())
+            .map_err(|e| StepError::Failed(format!("output of {} does not decode: {e}", A::NAME)))?;
+        self.0.record(ctx, &output, w)
+    }
+}
+
+pub(crate) trait CompensationDyn<S: Saga>: Send + Sync {
+    fn run<'a>(&'a self, ctx: &'a StepContext<'a, S>) -> BoxFuture<'a, Result<(), StepError>>;
+}
+
+struct Undo<C>(C);
+
+impl<S: Saga, C: Compensation<S>> CompensationDyn<S> for Undo<C> {
+    fn run<'a>(&'a self, ctx: &'a StepContext<'a, S>) -> BoxFuture<'a, Result<(), StepError>> {
+        Box::pin(self.0.run(ctx))
+    }
+}
+
+pub(crate) struct StepDef<S: Saga> {
+    pub(crate) name: &'static str,
+    pub(crate) kind: StepKind,
+    pub(crate) local: bool,
+    pub(crate) forward: Box<dyn ForwardDyn<S>>,
+    pub(crate) compensation: Option<(&'static str, Box<dyn CompensationDyn<S>>)>,
+    pub(crate) options: StepOptions,
+}
+
+impl<S: Saga> StepDef<S> {
+    /// Only a step that can still be undone has a deadline: one before the
+    /// pivot, or the pivot when it has a compensation; never a local one.
+    pub(crate) fn has_deadline(&self) -> bool {
+        !self.local
+            && match self.kind {
+                StepKind::Compensatable => true,
+                StepKind::Pivot => self.compensation.is_some(),
+                StepKind::Retriable => false,
+            }
+    }
+}
+
+/// Where an instance stands: the forward step `i` runs next, or the
+/// compensation of forward step `i`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Position {
+    Forward(usize),
+    Compensation(usize),
+}
+
+/// A saga: its steps in order, the pivot, the compensations. Built with
+/// [`Definition::builder`].
+pub struct Definition<S: Saga> {
+    pub(crate) saga: S,
+    pub(crate) steps: Vec<StepDef<S>>,
+}
+
+impl<S: Saga> Definition<S> {
+    pub fn builder(saga: S) -> Builder<S, BeforePivot> {
+        Builder { saga, steps: Vec::new(), phase: PhantomData }
+    }
+
+    /// The step names, kinds and compensations: for display, the fault
+    /// matrix ([`crate::testing`]) and crash points.
+    pub fn shape(&self) -> Shape {
+        Shape {
+            saga: S::NAME,
+            steps: self
+                .steps
+                .iter()
+                .map(|s| StepShape {
+                    name: s.name,
+                    kind: s.kind,
+                    local: s.local,
+                    compensation: s.compensation.as_ref().map(|(n, _)| *n),
+                    max_attempts: s.options.max_attempts,
+                    deadline: s.has_deadline(),
+                })
+                .collect(),
+        }
+    }
+
+    pub(crate) fn position(&self, name: &str) -> Option<Position> {
+        self.steps.iter().enumerate().find_map(|(i, s)| {
+            if s.name == name {
+                Some(Position::Forward(i))
+            } else if s.compensation.as_ref().is_some_and(|(n, _)| *n == name) {
+                Some(Position::Compensation(i))
+            } else {
+                None
+            }
+        })
+    }
+
+    pub(crate) fn name_at(&self, at: Position) -> &'static str {
+        match at {
+            Position::Forward(i) => self.steps[i].name,
+            Position::Compensation(i) => self.steps[i].compensation.as_ref().map(|(n, _)| *n).unwrap_or("?"),
+        }
+    }
+
+    /// Step `i`'s success commits together with the next step's (a local
+    /// one), not on its own.
+    pub(crate) fn commits_with_next(&self, i: usize) -> bool {
+        !self.steps[i].local && self.steps.get(i + 1).is_some_and(|n| n.local)
+    }
+
+    /// The compensation to run first when undoing forward steps `..end`
+    /// (the latest that has one), if any.
+    pub(crate) fn last_compensation_before(&self, end: usize) -> Option<Position> {
+        (0..end).rev().find(|&i| self.steps[i].compensation.is_some()).map(Position::Compensation)
+    }
+}
+
+/// The builder before the pivot. See the module docs.
+pub struct BeforePivot;
+/// The builder after the pivot. See the module docs.
+pub struct AfterPivot;
+
+/// Builds a [`Definition`]; what it offers depends on `Phase` (see the module docs).
+pub struct Builder<S: Saga, Phase> {
+    saga: S,
+    steps: Vec<StepDef<S>>,
+    phase: PhantomData<Phase>,
+}
+
+impl<S: Saga, P> Builder<S, P> {
+    fn push<A: Action<S>, Q>(
+        mut self,
+        kind: StepKind,
+        action: A,
+        compensation: Option<(&'static str, Box<dyn CompensationDyn<S>>)>,
+    ) -> Builder<S, Q> {
+        self.steps.push(StepDef {
+            name: A::NAME,
+            kind,
+            local: A::LOCAL,
+            forward: Box::new(Forward(action)),
+            compensation,
+            options: StepOptions::default(),
+        });
+        Builder { saga: self.saga, steps: self.steps, phase: PhantomData }
+    }
+
+    /// The deadline and retry policy of the step added last.
+    pub fn options(mut self, options: StepOptions) -> Self {
+        if let Some(last) = self.steps.last_mut() {
+            last.options = options;
+        }
+        self
+    }
+}
+
+fn undo<S: Saga, C: Compensation<S>>(c: C) -> Option<(&'static str, Box<dyn CompensationDyn<S>>)> {
+    Some((C::NAME, Box::new(Undo(c))))
+}
+
+impl<S: Saga> Builder<S, BeforePivot> {
+    /// A step before the pivot, with the compensation that undoes it.
+    pub fn compensatable<A: Action<S>, C: Compensation<S>>(self, action: A, compensation: C) -> Self {
+        self.push(StepKind::Compensatable, action, undo(compensation))
+    }
+
+    /// The pivot, without a compensation: a failure of it that may have had
+    /// an effect is retried (it is idempotent) until it succeeds or is
+    /// rejected; a rejection compensates the steps before it.
+    pub fn pivot<A: Action<S>>(self, action: A) -> Builder<S, AfterPivot> {
+        self.push(StepKind::Pivot, action, None)
+    }
+
+    /// The pivot, with a compensation that undoes a possible effect of a
+    /// failed attempt (e.g. a charge that timed out is refunded).
+    pub fn pivot_compensatable<A: Action<S>, C: Compensation<S>>(
+        self,
+        action: A,
+        compensation: C,
+    ) -> Builder<S, AfterPivot> {
+        self.push(StepKind::Pivot, action, undo(compensation))
+    }
+}
+
+impl<S: Saga> Builder<S, AfterPivot> {
+    /// A step after the pivot: retried until it succeeds, never compensated.
+    pub fn retriable<A: Action<S>>(self, action: A) -> Self {
+        self.push(StepKind::Retriable, action, None)
+    }
+
+    /// Checks what the types cannot: names, duplicates, retry counts.
+    pub fn build(self) -> Result<Definition<S>, DefinitionError> {
+        let saga = S::NAME;
+        if !valid_name(saga) {
+            return Err(DefinitionError::InvalidName { saga, name: saga });
+        }
+        let mut seen = std::collections::HashSet::new();
+        for step in &self.steps {
+            for name in std::iter::once(step.name).chain(step.compensation.as_ref().map(|(n, _)| *n)) {
+                if !valid_name(name) {
+                    return Err(DefinitionError::InvalidName { saga, name });
+                }
+                if !seen.insert(name) {
+                    return Err(DefinitionError::DuplicateName { saga, name });
+                }
+            }
+            if step.options.max_attempts == 0 {
+                return Err(DefinitionError::NoAttempts { saga, step: step.name });
+            }
+            if step.options.deadline == Some(Duration::ZERO) {
+                return Err(DefinitionError::ZeroDeadline { saga, step: step.name });
+            }
+        }
+        Ok(Definition { saga: self.saga, steps: self.steps })
+    }
+}
+
+/// Names end up in SQL text, metric labels and idempotency keys.
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// A definition without its code: what each step is called and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Shape {
+    pub saga: &'static str,
+    pub steps: Vec<StepShape>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StepShape {
+    pub name: &'static str,
+    pub kind: StepKind,
+    pub local: bool,
+    pub compensation: Option<&'static str>,
+    pub max_attempts: u32,
+    /// Given up and compensated when its deadline passes.
+    pub deadline: bool,
+}
+
+impl Shape {
+    /// The forward steps in order, then the compensations in the order they run.
+    pub fn names(&self) -> Vec<&'static str> {
+        let forward = self.steps.iter().map(|s| s.name);
+        let undo = self.steps.iter().rev().filter_map(|s| s.compensation);
+        forward.chain(undo).collect()
+    }
+
+    pub fn pivot(&self) -> usize {
+        self.steps.iter().position(|s| s.kind == StepKind::Pivot).unwrap_or(self.steps.len())
+    }
+
+    /// Step `i`'s success is committed together with the next step's
+    /// (a local one), not on its own.
+    pub fn commits_with_next(&self, i: usize) -> bool {
+        !self.steps[i].local && self.steps.get(i + 1).is_some_and(|n| n.local)
+    }
+}

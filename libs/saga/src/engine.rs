@@ -1,0 +1,928 @@
+//! [`Engine`]: starts, drives and resumes the instances of one saga.
+//!
+//! A driver reads an instance once (only while this replica holds its
+//! lease) and then keeps in memory what each commit wrote. Each turn runs the
+//! current step (forward or compensation) and commits, in one statement
+//! guarded by the lease ([`Statement`]), the step's result and output, the
+//! instance's next state, the next step's attempt, and the host's writes and
+//! events of that transition ([`Action::record`](crate::Action::record),
+//! [`Saga::on_end`]). A replica that lost its lease therefore writes nothing
+//! at all, and whatever point a crash hits, the persisted state names a step
+//! whose (idempotent) re-execution is safe.
+//!
+//! A step that succeeded and leads to a local step (no call, see
+//! [`Action::LOCAL`](crate::Action::LOCAL)) commits its result together with
+//! that step's: one statement fewer; a crash in between resumes at the
+//! earlier step, which the participant answers from its idempotency record.
+//!
+//! # Durability
+//!
+//! Only the commit that ends an instance waits for its WAL flush (the
+//! outside world is told how it ended; its events go out). The commits in
+//! between (an attempt, a step's result) do not (`synchronous_commit = off`
+//! for that transaction only): losing one in a database crash leaves the
+//! instance where the previous commit left it, which is exactly the state a
+//! driver crash right after the participant's answer leaves, and the
+//! participants replay what it repeats. The host's statement that creates an
+//! instance ([`Engine::insert`]) is the host's to make durable.
+//!
+//! # Metrics and spans
+//!
+//! `saga_steps_total{saga,step,result}`, `saga_step_duration_seconds{saga,step}`,
+//! `saga_duration_seconds{saga,outcome}`, `sagas_finished_total{saga,outcome}`
+//! and `saga_resumed_total{saga}`; a `saga.step` span per turn (attributes
+//! `saga.step.name`, `saga.step.compensation`, `saga.step.outcome`) inside the
+//! instance's `saga` span.
+
+use crate::SagaSettings;
+use crate::backoff;
+use crate::definition::{Definition, Position, StepKind};
+use crate::faults::{Faults, When};
+use crate::statement::Statement;
+use crate::step::{End, Saga, StepContext, StepError};
+use crate::store::{SagaStatus, StepStatus};
+use chrono::{DateTime, Utc};
+use sagaworks_runtime::db::NO_FLUSH_WAIT;
+use sagaworks_telemetry::propagation;
+use serde_json::{Map, Value};
+use sqlx::PgPool;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use uuid::Uuid;
+
+/// The CTE of [`Engine::insert`] that returns the new instance's
+/// `created_at`: a host's statement ends with `SELECT created_at FROM` it.
+pub const NEW_INSTANCE: &str = "saga_new";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriveError {
+    #[error("lease on saga {0} lost to another driver")]
+    LeaseLost(Uuid),
+    #[error("crash injected at {0}")]
+    Crashed(String),
+    /// A stored instance that this definition cannot drive (unknown step,
+    /// data that no longer decodes): left for an operator.
+    #[error("saga {0} cannot be driven: {1}")]
+    Undrivable(Uuid, String),
+    /// The host's writes for a transition could not be built.
+    #[error("saga {0}: {1}")]
+    Host(Uuid, StepError),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// How a call to drive an instance ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driven {
+    /// The instance reached COMPLETED or COMPENSATED.
+    Finished,
+    /// A step is to be retried later; the lease was released.
+    Deferred,
+    /// This replica is shutting down; the lease was released.
+    Stopped,
+}
+
+/// An instance to create: see [`Engine::insert`].
+pub struct NewInstance<S: Saga> {
+    pub id: Uuid,
+    /// The business key (e.g. the order id): one instance per saga and key.
+    pub key: String,
+    pub input: S::Input,
+    /// The W3C `traceparent` of the call that starts the instance: its
+    /// `saga` spans are children of it, also when another replica resumes it.
+    pub traceparent: Option<String>,
+}
+
+/// An instance the host's statement created (see [`Engine::insert`]), ready
+/// to be driven by [`Engine::start`].
+pub struct Started<S: Saga> {
+    pub instance: NewInstance<S>,
+    /// `created_at` of the instance, as the statement returned it.
+    pub created_at: DateTime<Utc>,
+    /// From [`Engine::try_permit`] before the statement: with one, the
+    /// statement recorded the first step's first attempt, and this replica
+    /// drives the instance at once.
+    pub permit: Option<OwnedSemaphorePermit>,
+}
+
+/// The persisted `data` of an instance.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Data<I> {
+    input: I,
+    #[serde(default)]
+    outputs: Map<String, Value>,
+}
+
+/// An instance as its driver knows it: read once, then kept equal to what
+/// each commit wrote.
+struct State<S: Saga> {
+    status: SagaStatus,
+    at: Position,
+    failure_reason: Option<String>,
+    created_at: DateTime<Utc>,
+    input: S::Input,
+    outputs: Map<String, Value>,
+    /// The current step's first attempt and attempts so far, once recorded.
+    step_started_at: Option<DateTime<Utc>>,
+    attempts: Option<i32>,
+}
+
+/// What an instance does after a step's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Run this step next, in the same direction.
+    Step(Position),
+    /// Start compensating with this step, for `reason`.
+    Compensate { first: Position, reason: String },
+    /// Nothing may have taken effect: COMPENSATED at once, for `reason`.
+    Cancel { reason: String },
+    /// Run the same step again after a backoff.
+    Retry,
+    /// All forward steps done.
+    Complete,
+    /// All compensations done.
+    Compensated,
+}
+
+/// A step's outcome: `Ok` with its output, or how it failed; `give_up`: the
+/// step may not be retried (its deadline passed or its attempts ran out).
+pub(crate) fn transition<S: Saga>(
+    def: &Definition<S>,
+    at: Position,
+    outcome: &Result<Value, StepError>,
+    attempts: u32,
+    give_up: bool,
+) -> Next {
+    match at {
+        Position::Forward(i) => {
+            let step = &def.steps[i];
+            match outcome {
+                Ok(_) if i + 1 < def.steps.len() => Next::Step(Position::Forward(i + 1)),
+                Ok(_) => Next::Complete,
+                // After the pivot there is no way back: retried until it succeeds.
+                Err(_) if step.kind == StepKind::Retriable => Next::Retry,
+                Err(StepError::Rejected(reason)) => match def.last_compensation_before(i) {
+                    Some(first) => Next::Compensate { first, reason: reason.clone() },
+                    None => Next::Cancel { reason: reason.clone() },
+                },
+                // A pivot without compensation cannot be undone: retried until it succeeds or is rejected.
+                Err(StepError::Failed(_)) if step.kind == StepKind::Pivot && step.compensation.is_none() => {
+                    Next::Retry
+                }
+                Err(StepError::Failed(_)) if !give_up && attempts < step.options.max_attempts => Next::Retry,
+                // It may have taken effect: its own compensation runs first.
+                Err(StepError::Failed(reason)) => match def.last_compensation_before(i + 1) {
+                    Some(first) => Next::Compensate { first, reason: reason.clone() },
+                    None => Next::Cancel { reason: reason.clone() },
+                },
+            }
+        }
+        Position::Compensation(i) => match outcome {
+            // A refused compensation has nothing (more) to undo.
+            Ok(_) | Err(StepError::Rejected(_)) => match def.last_compensation_before(i) {
+                Some(next) => Next::Step(next),
+                None => Next::Compensated,
+            },
+            Err(StepError::Failed(_)) => Next::Retry,
+        },
+    }
+}
+
+struct Inner<S: Saga> {
+    pool: PgPool,
+    definition: Definition<S>,
+    settings: SagaSettings,
+    owner: String,
+    faults: Faults,
+    crashed: AtomicBool,
+    /// Bounds the instances this replica drives at once.
+    permits: Arc<Semaphore>,
+}
+
+/// Drives the instances of one saga; clone it freely.
+pub struct Engine<S: Saga> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: Saga> Clone for Engine<S> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone() }
+    }
+}
+
+/// Refused settings (a fault naming an unknown step).
+#[derive(Debug, thiserror::Error)]
+#[error("invalid saga settings: {0}")]
+pub struct SettingsError(String);
+
+impl<S: Saga> Engine<S> {
+    pub fn new(
+        pool: PgPool,
+        definition: Definition<S>,
+        settings: SagaSettings,
+    ) -> Result<Self, SettingsError> {
+        let names = definition.shape().names();
+        let faults = Faults::parse(&settings.crash_point, &settings.faults, &names).map_err(SettingsError)?;
+        if !faults.is_off() {
+            tracing::warn!(saga = S::NAME, crash_point = %settings.crash_point, faults = %settings.faults,
+                "saga fault injection is on");
+        }
+        let owner = format!(
+            "{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| S::NAME.into()),
+            Uuid::new_v4().simple()
+        );
+        let permits = Arc::new(Semaphore::new(settings.max_concurrent.max(1)));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                definition,
+                settings,
+                owner,
+                faults,
+                crashed: AtomicBool::new(false),
+                permits,
+            }),
+        })
+    }
+
+    pub fn definition(&self) -> &Definition<S> {
+        &self.inner.definition
+    }
+
+    pub fn settings(&self) -> &SagaSettings {
+        &self.inner.settings
+    }
+
+    /// This replica's lease owner id.
+    pub fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
+    /// True once injected fault stopped this replica (it then drives nothing).
+    pub fn has_crashed(&self) -> bool {
+        self.inner.crashed.load(Ordering::SeqCst)
+    }
+
+    /// A permit to drive one more instance now, if this replica has one free.
+    /// Take it before [`Engine::insert`]: with it, the insert records the
+    /// first step's first attempt (one statement fewer).
+    pub fn try_permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.inner.permits.clone().try_acquire_owned().ok()
+    }
+
+    /// Adds the instance's rows to the host's statement `w`, inserted once
+    /// per row of `w`'s guard (e.g. only when the host's own insert did not
+    /// conflict), leased to this replica. With `first_attempt` (the caller
+    /// holds a permit), the first step's first attempt is recorded too and
+    /// its deadline starts now. The statement must end with
+    /// `SELECT created_at FROM` [`NEW_INSTANCE`].
+    pub fn insert(
+        &self,
+        w: &mut Statement,
+        new: &NewInstance<S>,
+        first_attempt: bool,
+    ) -> Result<(), StepError> {
+        let data = serde_json::to_value(Data { input: &new.input, outputs: Map::new() })
+            .map_err(|e| StepError::Rejected(format!("the input of {} does not encode: {e}", S::NAME)))?;
+        let first = self.inner.definition.steps[0].name;
+        let guard = w.guard().to_string();
+        let (id, saga, key, step) = (w.bind(new.id), w.bind(S::NAME), w.bind(new.key.clone()), w.bind(first));
+        let (data, traceparent, owner) =
+            (w.bind(data), w.bind(new.traceparent.clone()), w.bind(self.owner().to_string()));
+        let lease = w.bind(self.lease_secs());
+        w.with(
+            NEW_INSTANCE,
+            format!(
+                "INSERT INTO saga_instances (id, saga_type, key, status, current_step, data, traceparent,
+                                             lease_owner, lease_expires_at)
+                 SELECT {id}, {saga}, {key}, 'RUNNING', {step}, {data}, {traceparent}, {owner},
+                        now() + make_interval(secs => {lease}) FROM {guard}
+                 RETURNING created_at"
+            ),
+        );
+        if first_attempt {
+            w.with(
+                "saga_first",
+                format!(
+                    "INSERT INTO saga_instance_steps (saga_id, name, status, attempts)
+                     SELECT {id}, {step}, 'RUNNING', 1 FROM {NEW_INSTANCE}"
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Drives an instance the host just created ([`Engine::insert`]) on a
+    /// task of its own; returns when it finished, must wait for a retry, or
+    /// `wait` elapsed (it goes on regardless). Without a permit this replica
+    /// is at its bound: the instance is handed to the worker like any other.
+    /// The task carries the caller's span, so the instance's spans join the
+    /// caller's trace.
+    pub async fn start(&self, started: Started<S>, wait: Duration, stop: &CancellationToken) {
+        let (engine, stop) = (self.clone(), stop.clone());
+        let id = started.instance.id;
+        let task = tokio::spawn(
+            async move {
+                let Some(_permit) = started.permit else {
+                    let _ = engine.release_lease(id, Duration::ZERO).await;
+                    return;
+                };
+                let state = State {
+                    status: SagaStatus::Running,
+                    at: Position::Forward(0),
+                    failure_reason: None,
+                    created_at: started.created_at,
+                    input: started.instance.input,
+                    outputs: Map::new(),
+                    step_started_at: Some(started.created_at),
+                    attempts: Some(1),
+                };
+                let span = engine.saga_span(id);
+                let result = engine.drive_from(id, state, true, &stop).instrument(span).await;
+                log_outcome(id, result);
+            }
+            .in_current_span(),
+        );
+        let _ = tokio::time::timeout(wait, task).await;
+    }
+
+    /// Drives instance `id` (leased to this replica) until it finishes, must
+    /// wait for a retry, or `stop` is set. Runs in the caller's span.
+    pub async fn drive(&self, id: Uuid, stop: &CancellationToken) -> Result<Driven, DriveError> {
+        let state = self.load(id).await?;
+        self.drive_from(id, state, false, stop).await
+    }
+
+    fn saga_span(&self, id: Uuid) -> tracing::Span {
+        tracing::info_span!("saga", saga.id = %id, saga.r#type = S::NAME)
+    }
+
+    /// Resumes instances nobody drives until `shutdown`: every
+    /// `poll_interval_ms` it leases due instances of this saga that are
+    /// unleased or whose lease expired (their driver crashed), with
+    /// `FOR UPDATE SKIP LOCKED` so replicas never take the same one, and
+    /// drives each on a task of its own. On shutdown it stops leasing and
+    /// waits for the instances in hand, which hand their leases back at the
+    /// next step boundary. A resumed instance continues the trace of the
+    /// call that started it.
+    pub async fn run_worker(self, shutdown: CancellationToken) {
+        let poll = Duration::from_millis(self.inner.settings.poll_interval_ms.max(10));
+        let mut running = JoinSet::new();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(poll) => {}
+            }
+            while running.try_join_next().is_some() {}
+            if self.has_crashed() {
+                continue;
+            }
+            let free = self.inner.permits.available_permits() as i64;
+            if free == 0 {
+                continue;
+            }
+            let leased = match self.lease(free).await {
+                Ok(leased) => leased,
+                Err(e) => {
+                    tracing::warn!(saga = S::NAME, error = %e, "cannot lease saga instances");
+                    continue;
+                }
+            };
+            for (id, traceparent) in leased {
+                let Ok(permit) = self.inner.permits.clone().acquire_owned().await else { break };
+                metrics::counter!("saga_resumed_total", "saga" => S::NAME).increment(1);
+                let (engine, stop) = (self.clone(), shutdown.clone());
+                let span = self.saga_span(id);
+                if let Some(traceparent) = traceparent {
+                    propagation::continue_trace(&span, &traceparent);
+                }
+                running.spawn(
+                    async move {
+                        let _permit = permit;
+                        log_outcome(id, engine.drive(id, &stop).await);
+                    }
+                    .instrument(span),
+                );
+            }
+        }
+        while running.join_next().await.is_some() {}
+    }
+
+    /// Leases up to `limit` runnable instances to this replica; returns
+    /// their ids and `traceparent`s.
+    async fn lease(&self, limit: i64) -> Result<Vec<(Uuid, Option<String>)>, sqlx::Error> {
+        sqlx::query_as(
+            "UPDATE saga_instances SET lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2),
+                    updated_at = now()
+             WHERE id IN (
+                 SELECT id FROM saga_instances
+                 WHERE status IN ('RUNNING', 'COMPENSATING') AND next_attempt_at <= now() AND saga_type = $4
+                   AND (lease_expires_at IS NULL OR lease_expires_at < now())
+                 ORDER BY next_attempt_at
+                 LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+             RETURNING id, traceparent",
+        )
+        .bind(self.owner())
+        .bind(self.lease_secs())
+        .bind(limit)
+        .bind(S::NAME)
+        .fetch_all(&self.inner.pool)
+        .await
+    }
+
+    fn lease_secs(&self) -> f64 {
+        self.inner.settings.lease_ms as f64 / 1000.0
+    }
+
+    fn crash_at(&self, when: When, step: &str) -> Result<(), DriveError> {
+        if self.inner.faults.crash.as_ref().is_some_and(|(w, s)| *w == when && s == step) {
+            self.inner.crashed.store(true, Ordering::SeqCst);
+            tracing::warn!(?when, step, "fault injection: this replica stops dead here");
+        }
+        if self.has_crashed() { Err(DriveError::Crashed(format!("{when:?}:{step}"))) } else { Ok(()) }
+    }
+
+    async fn load(&self, id: Uuid) -> Result<State<S>, DriveError> {
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            status: SagaStatus,
+            current_step: Option<String>,
+            failure_reason: Option<String>,
+            created_at: DateTime<Utc>,
+            data: Value,
+            step_started_at: Option<DateTime<Utc>>,
+            attempts: Option<i32>,
+        }
+        let row = sqlx::query_as::<_, Row>(
+            "SELECT i.status, i.current_step, i.failure_reason, i.created_at, i.data,
+                    st.started_at AS step_started_at, st.attempts
+             FROM saga_instances i
+             LEFT JOIN saga_instance_steps st ON st.saga_id = i.id AND st.name = i.current_step
+             WHERE i.id = $1 AND i.lease_owner = $2",
+        )
+        .bind(id)
+        .bind(self.owner())
+        .fetch_optional(&self.inner.pool)
+        .await?
+        .ok_or(DriveError::LeaseLost(id))?;
+        let undrivable = |why: String| DriveError::Undrivable(id, why);
+        let data: Data<S::Input> = serde_json::from_value(row.data)
+            .map_err(|e| undrivable(format!("stored data does not decode: {e}")))?;
+        let at = match row.current_step.as_deref() {
+            // Finished: the loop returns at once.
+            None => Position::Forward(0),
+            Some(step) => self
+                .inner
+                .definition
+                .position(step)
+                .ok_or_else(|| undrivable(format!("unknown step {step:?}")))?,
+        };
+        Ok(State {
+            status: row.status,
+            at,
+            failure_reason: row.failure_reason,
+            created_at: row.created_at,
+            input: data.input,
+            outputs: data.outputs,
+            step_started_at: row.step_started_at,
+            attempts: row.attempts,
+        })
+    }
+
+    /// `begun`: the current step's attempt is recorded already (by the
+    /// insert or the previous commit).
+    async fn drive_from(
+        &self,
+        id: Uuid,
+        mut state: State<S>,
+        mut begun: bool,
+        stop: &CancellationToken,
+    ) -> Result<Driven, DriveError> {
+        // A step that succeeded, whose result commits with the next (local) step's.
+        let mut carried: Option<(usize, Value)> = None;
+        loop {
+            if self.has_crashed() {
+                return Err(DriveError::Crashed("earlier".into()));
+            }
+            if state.status.is_finished() {
+                return Ok(Driven::Finished);
+            }
+            if stop.is_cancelled() {
+                self.release_lease(id, Duration::ZERO).await?;
+                return Ok(Driven::Stopped);
+            }
+            let name = self.inner.definition.name_at(state.at);
+            self.crash_at(When::Before, name)?;
+            let span = step_span(name, matches!(state.at, Position::Compensation(_)));
+            let turn =
+                self.turn(id, &mut state, begun, carried.take(), &span).instrument(span.clone()).await?;
+            match turn {
+                Turn::Carry(output) => {
+                    let Position::Forward(i) = state.at else { unreachable!("only forward steps carry") };
+                    carried = Some((i, output));
+                    state.at = Position::Forward(i + 1);
+                    (state.attempts, state.step_started_at) = (None, None);
+                    begun = false;
+                }
+                Turn::Committed(Next::Retry, _) => return Ok(Driven::Deferred),
+                Turn::Committed(next @ (Next::Complete | Next::Cancel { .. } | Next::Compensated), at) => {
+                    let outcome = if next == Next::Complete { "completed" } else { "compensated" };
+                    let elapsed = (at - state.created_at).to_std().unwrap_or_default();
+                    metrics::histogram!("saga_duration_seconds", "saga" => S::NAME, "outcome" => outcome)
+                        .record(elapsed.as_secs_f64());
+                    metrics::counter!("sagas_finished_total", "saga" => S::NAME, "outcome" => outcome)
+                        .increment(1);
+                    return Ok(Driven::Finished);
+                }
+                Turn::Committed(Next::Step(_) | Next::Compensate { .. }, _) => begun = true,
+            }
+        }
+    }
+
+    /// One step: run it (unless past its deadline), record its outcome on
+    /// `span`, and commit the transition (with `carried`'s result); `state`
+    /// becomes what was committed.
+    async fn turn(
+        &self,
+        id: Uuid,
+        state: &mut State<S>,
+        begun: bool,
+        carried: Option<(usize, Value)>,
+        span: &tracing::Span,
+    ) -> Result<Turn, DriveError> {
+        let def = &self.inner.definition;
+        let name = def.name_at(state.at);
+        let forward = match state.at {
+            Position::Forward(i) => Some(&def.steps[i]),
+            Position::Compensation(_) => None,
+        };
+        let local = forward.is_some_and(|s| s.local);
+        let late = self.past_deadline(state);
+        let outcome = if late {
+            Err(StepError::Failed(format!("{name} missed its deadline")))
+        } else {
+            // A local step needs no attempt record: no deadline, no call to repeat.
+            if !begun && !local {
+                let (attempts, started_at) = self.begin_step(id, name).await?;
+                (state.attempts, state.step_started_at) = (Some(attempts), Some(started_at));
+            }
+            let outcome = self.run_step(id, state, name).await;
+            self.crash_at(When::AfterCall, name)?;
+            outcome
+        };
+        record_outcome(span, &outcome);
+        metrics::counter!("saga_steps_total", "saga" => S::NAME, "step" => name, "result" => label(&outcome))
+            .increment(1);
+        let attempts = state.attempts.unwrap_or(1).max(1) as u32;
+        let next = transition(def, state.at, &outcome, attempts, late);
+        if let (Next::Step(Position::Forward(i)), Ok(output)) = (&next, &outcome)
+            && carried.is_none()
+            && def.commits_with_next(i - 1)
+        {
+            return Ok(Turn::Carry(output.clone()));
+        }
+        let at = self.commit(id, state, outcome, &next, carried).await?;
+        self.crash_at(When::AfterCommit, name)?;
+        Ok(Turn::Committed(next, at))
+    }
+
+    fn past_deadline(&self, state: &State<S>) -> bool {
+        let Position::Forward(i) = state.at else { return false };
+        let step = &self.inner.definition.steps[i];
+        if !step.has_deadline() {
+            return false;
+        }
+        let Some(started) = state.step_started_at else { return false };
+        if self.inner.faults.is_late(step.name) {
+            return true;
+        }
+        let deadline =
+            step.options.deadline.unwrap_or(Duration::from_millis(self.inner.settings.step_deadline_ms));
+        (Utc::now() - started).to_std().is_ok_and(|elapsed| elapsed > deadline)
+    }
+
+    /// Runs the current step (with the faults injected for it).
+    async fn run_step(&self, id: Uuid, state: &State<S>, name: &'static str) -> Result<Value, StepError> {
+        let ctx = StepContext::<S> {
+            saga_id: id,
+            step: name,
+            input: &state.input,
+            outputs: &state.outputs,
+            failure_reason: state.failure_reason.as_deref(),
+        };
+        let plan = self.inner.faults.plan(id, name);
+        if plan.reject {
+            return Err(StepError::Rejected(format!("{name}: rejected by fault injection")));
+        }
+        let started = Instant::now();
+        let run = || async {
+            match state.at {
+                Position::Forward(i) => self.inner.definition.steps[i].forward.run(&ctx).await,
+                Position::Compensation(i) => match &self.inner.definition.steps[i].compensation {
+                    Some((_, c)) => c.run(&ctx).await.map(|()| Value::Null),
+                    None => unreachable!("a compensation position names a step with one"),
+                },
+            }
+        };
+        let mut result = run().await;
+        if plan.twice {
+            result = run().await;
+        }
+        metrics::histogram!("saga_step_duration_seconds", "saga" => S::NAME, "step" => name)
+            .record(started.elapsed().as_secs_f64());
+        if plan.fail_after {
+            return Err(StepError::Failed(format!("{name}: failed after the call by fault injection")));
+        }
+        result
+    }
+
+    /// Records the attempt (so a step's start survives a crash, for its
+    /// deadline) and renews the lease, in one statement (not waiting for its
+    /// WAL flush); returns the step's attempts so far and when its first
+    /// attempt started.
+    async fn begin_step(&self, id: Uuid, name: &str) -> Result<(i32, DateTime<Utc>), DriveError> {
+        let sql = format!(
+            "WITH s AS (
+                 UPDATE saga_instances SET lease_expires_at = now() + make_interval(secs => $3), updated_at = now()
+                 WHERE id = $1 AND lease_owner = $2
+                 RETURNING id)
+             INSERT INTO saga_instance_steps (saga_id, name, status, attempts)
+             SELECT id, $4, 'RUNNING', 1 FROM s, {NO_FLUSH_WAIT}
+             ON CONFLICT (saga_id, name) DO UPDATE
+                 SET attempts = saga_instance_steps.attempts + 1, status = 'RUNNING'
+             RETURNING attempts, started_at"
+        );
+        sqlx::query_as(&sql)
+            .bind(id)
+            .bind(self.owner())
+            .bind(self.lease_secs())
+            .bind(name)
+            .fetch_optional(&self.inner.pool)
+            .await?
+            .ok_or(DriveError::LeaseLost(id))
+    }
+
+    /// Gives instance `id` back to the worker pool, runnable after `delay`.
+    pub async fn release_lease(&self, id: Uuid, delay: Duration) -> Result<(), DriveError> {
+        sqlx::query(
+            "UPDATE saga_instances SET lease_owner = NULL, lease_expires_at = NULL,
+                    next_attempt_at = now() + make_interval(secs => $3)
+             WHERE id = $1 AND lease_owner = $2",
+        )
+        .bind(id)
+        .bind(self.owner())
+        .bind(delay.as_secs_f64())
+        .execute(&self.inner.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Commits a step's outcome and the transition `next` in one statement
+    /// guarded by the lease, with the host's writes; updates `state` to match
+    /// and returns the commit time.
+    async fn commit(
+        &self,
+        id: Uuid,
+        state: &mut State<S>,
+        outcome: Result<Value, StepError>,
+        next: &Next,
+        carried: Option<(usize, Value)>,
+    ) -> Result<DateTime<Utc>, DriveError> {
+        let def = &self.inner.definition;
+        let name = def.name_at(state.at);
+        let host = |e: StepError| DriveError::Host(id, e);
+        let mut w = Statement::new("saga_s");
+
+        // What the instance becomes.
+        let (status, current, reason, release, delay, finished): (_, _, Option<&str>, _, _, _) = match next {
+            Next::Step(p) => (None, Some(*p), None, false, None, false),
+            Next::Compensate { first, reason } => {
+                (Some(SagaStatus::Compensating), Some(*first), Some(reason.as_str()), false, None, false)
+            }
+            Next::Retry => {
+                let attempts = state.attempts.unwrap_or(1).max(1) as u32;
+                (None, None, None, true, Some(backoff::delay(&self.inner.settings, attempts)), false)
+            }
+            Next::Complete => (Some(SagaStatus::Completed), None, None, true, None, true),
+            Next::Cancel { reason } => {
+                (Some(SagaStatus::Compensated), None, Some(reason.as_str()), true, None, true)
+            }
+            Next::Compensated => (Some(SagaStatus::Compensated), None, None, true, None, true),
+        };
+        // The outputs this commit adds: the step's (forward, succeeded) and the carried one's.
+        let mut outputs = Map::new();
+        if let Some((i, output)) = &carried {
+            outputs.insert(def.steps[*i].name.to_string(), output.clone());
+        }
+        if let (Position::Forward(_), Ok(output)) = (state.at, &outcome) {
+            outputs.insert(name.to_string(), output.clone());
+        }
+
+        let (pid, powner) = (w.bind(id), w.bind(self.owner().to_string()));
+        let mut set = vec!["updated_at = now()".to_string()];
+        if let Some(status) = status {
+            set.push(format!("status = {}", w.bind(status)));
+        }
+        if let Some(p) = current {
+            set.push(format!("current_step = {}", w.bind(def.name_at(p))));
+        } else if finished {
+            set.push("current_step = NULL".into());
+        }
+        if let Some(reason) = reason {
+            set.push(format!("failure_reason = {}", w.bind(reason.to_string())));
+        }
+        if !outputs.is_empty() {
+            let o = w.bind(Value::Object(outputs.clone()));
+            set.push(format!(
+                "data = jsonb_set(data, '{{outputs}}', COALESCE(data->'outputs', '{{}}') || {o}::jsonb)"
+            ));
+        }
+        if release {
+            set.push("lease_owner = NULL, lease_expires_at = NULL".into());
+        } else {
+            set.push(format!(
+                "lease_expires_at = now() + make_interval(secs => {})",
+                w.bind(self.lease_secs())
+            ));
+        }
+        if let Some(delay) = delay {
+            set.push(format!(
+                "next_attempt_at = now() + make_interval(secs => {})",
+                w.bind(delay.as_secs_f64())
+            ));
+        }
+        if finished {
+            set.push("finished_at = now()".into());
+        }
+        w.with(
+            "saga_s",
+            format!(
+                "UPDATE saga_instances SET {} WHERE id = {pid} AND lease_owner = {powner} RETURNING id",
+                set.join(", ")
+            ),
+        );
+
+        // The step's own row.
+        let (step_status, error) = match &outcome {
+            Ok(_) => (StepStatus::Succeeded, None),
+            Err(e) if *next == Next::Retry => (StepStatus::Running, Some(e.message().to_string())),
+            Err(e) => (StepStatus::Failed, Some(e.message().to_string())),
+        };
+        let (sname, sstatus, serror) = (w.bind(name), w.bind(step_status), w.bind(error.clone()));
+        let finished_at = if step_status == StepStatus::Running { "NULL" } else { "now()" };
+        w.with(
+            "saga_done",
+            format!(
+                "INSERT INTO saga_instance_steps (saga_id, name, status, attempts, error, finished_at)
+                 SELECT id, {sname}, {sstatus}, 1, {serror}, {finished_at} FROM saga_s
+                 ON CONFLICT (saga_id, name) DO UPDATE
+                     SET status = EXCLUDED.status, error = EXCLUDED.error, finished_at = EXCLUDED.finished_at"
+            ),
+        );
+        if let Some((i, _)) = &carried {
+            let cname = w.bind(def.steps[*i].name);
+            w.with(
+                "saga_carried",
+                format!(
+                    "INSERT INTO saga_instance_steps (saga_id, name, status, attempts, finished_at)
+                     SELECT id, {cname}, 'SUCCEEDED', 1, now() FROM saga_s
+                     ON CONFLICT (saga_id, name) DO UPDATE SET status = 'SUCCEEDED', error = NULL, finished_at = now()"
+                ),
+            );
+        }
+        // The next step's attempt starts with this commit (a local one needs none).
+        let next_attempt = current.filter(|p| !matches!(p, Position::Forward(j) if def.steps[*j].local));
+        if let Some(p) = next_attempt {
+            let nname = w.bind(def.name_at(p));
+            w.with(
+                "saga_next",
+                format!(
+                    "INSERT INTO saga_instance_steps (saga_id, name, status, attempts)
+                     SELECT id, {nname}, 'RUNNING', 1 FROM saga_s
+                     ON CONFLICT (saga_id, name) DO UPDATE
+                         SET attempts = saga_instance_steps.attempts + 1, status = 'RUNNING'
+                     RETURNING attempts, started_at"
+                ),
+            );
+        }
+
+        // The host's writes: the successful steps' records, then the end's.
+        let mut merged = state.outputs.clone();
+        merged.extend(outputs.clone());
+        let reason_now = reason.map(str::to_string).or_else(|| state.failure_reason.clone());
+        {
+            let ctx = StepContext::<S> {
+                saga_id: id,
+                step: name,
+                input: &state.input,
+                outputs: &merged,
+                failure_reason: reason_now.as_deref(),
+            };
+            if let Some((i, output)) = &carried {
+                def.steps[*i].forward.record(&ctx, output, &mut w).map_err(host)?;
+            }
+            if let (Position::Forward(i), Ok(output)) = (state.at, &outcome) {
+                def.steps[i].forward.record(&ctx, output, &mut w).map_err(host)?;
+            }
+            let end = match next {
+                Next::Complete => Some(End::Completed),
+                Next::Cancel { reason } => Some(End::Compensated { reason }),
+                Next::Compensated => {
+                    Some(End::Compensated { reason: reason_now.as_deref().unwrap_or("compensated") })
+                }
+                _ => None,
+            };
+            if let Some(end) = end {
+                def.saga.on_end(&ctx, &end, &mut w).map_err(host)?;
+            }
+        }
+
+        let returning = if next_attempt.is_some() {
+            "(SELECT attempts FROM saga_next), (SELECT started_at FROM saga_next)"
+        } else {
+            "NULL::int, NULL::timestamptz"
+        };
+        // Only the end of an instance waits for its WAL flush; see the module docs.
+        let no_flush_wait = if finished { String::new() } else { format!(", {NO_FLUSH_WAIT}") };
+        let (sql, args) = w.finish(&format!("SELECT now(), {returning} FROM saga_s{no_flush_wait}"))?;
+        let written: Option<Written> =
+            sqlx::query_as_with(&sql, args).fetch_optional(&self.inner.pool).await?;
+        let (at, attempts, started_at) = written.ok_or(DriveError::LeaseLost(id))?;
+        if *next == Next::Retry {
+            tracing::warn!(saga = S::NAME, step = name, ?delay, error = ?error, "saga step will be retried");
+        }
+
+        // `state` after the commit.
+        state.outputs = merged;
+        if let Some(status) = status {
+            state.status = status;
+        }
+        if let Some(reason) = reason {
+            state.failure_reason = Some(reason.to_string());
+        }
+        if let Some(p) = current {
+            state.at = p;
+            (state.attempts, state.step_started_at) = (attempts, started_at);
+        }
+        Ok(at)
+    }
+}
+
+/// A commit's time, and the next step's attempts and first start when one starts.
+type Written = (DateTime<Utc>, Option<i32>, Option<DateTime<Utc>>);
+
+enum Turn {
+    /// The step succeeded; its result commits with the next (local) step's.
+    Carry(Value),
+    Committed(Next, DateTime<Utc>),
+}
+
+fn log_outcome(id: Uuid, result: Result<Driven, DriveError>) {
+    match result {
+        Ok(_) | Err(DriveError::Crashed(_)) => {}
+        Err(DriveError::LeaseLost(_)) => tracing::info!(saga.id = %id, "saga taken over by another replica"),
+        Err(e @ DriveError::Undrivable(..)) => {
+            tracing::error!(saga.id = %id, error = %e, "saga left for an operator")
+        }
+        // The lease runs out and the worker (here or elsewhere) resumes it.
+        Err(e) => tracing::warn!(saga.id = %id, error = %e, "saga driver stopped; it will be resumed"),
+    }
+}
+
+/// The span of one step (`saga.step`, inside the `saga` span); its outcome is
+/// recorded by [`record_outcome`].
+fn step_span(name: &str, compensation: bool) -> tracing::Span {
+    tracing::info_span!(
+        "saga.step",
+        saga.step.name = name,
+        saga.step.compensation = compensation,
+        saga.step.outcome = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+    )
+}
+
+/// `saga.step.outcome`; a rejected or failed step is an error span.
+fn record_outcome(span: &tracing::Span, outcome: &Result<Value, StepError>) {
+    span.record("saga.step.outcome", label(outcome));
+    if let Err(e) = outcome {
+        span.record("otel.status_code", "ERROR");
+        span.record("otel.status_description", e.message());
+    }
+}
+
+/// A step outcome's label for metrics and spans.
+fn label(outcome: &Result<Value, StepError>) -> &'static str {
+    match outcome {
+        Ok(_) => "succeeded",
+        Err(StepError::Rejected(_)) => "rejected",
+        Err(StepError::Failed(_)) => "failed",
+    }
+}

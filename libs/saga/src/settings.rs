@@ -1,0 +1,49 @@
+//! How an [`crate::Engine`] drives instances.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SagaSettings {
+    /// How long a driver owns an instance without renewing; after that
+    /// another replica (or this one after a restart) takes it over.
+    pub lease_ms: u64,
+    /// How often the worker looks for instances to resume.
+    pub poll_interval_ms: u64,
+    /// Instances one replica drives at once.
+    pub max_concurrent: usize,
+    /// The deadline of a step whose definition sets none: a step before or
+    /// at the pivot still unfinished this long after its first attempt
+    /// started (across crashes and restarts) is given up and compensated.
+    pub step_deadline_ms: u64,
+    /// First and largest delay between attempts of a step that is retried.
+    pub retry_base_ms: u64,
+    pub retry_max_ms: u64,
+    /// The longest a caller that starts an instance waits for it to finish
+    /// before answering (the instance goes on regardless).
+    pub max_wait_ms: u64,
+    /// Fault injection for tests, off (empty) by default: makes this replica
+    /// stop dead at a point of a saga, as if the process had been killed
+    /// there. `before:<step>`, `after_call:<step>` (the participant did the
+    /// work, nothing was recorded) or `after_commit:<step>`.
+    pub crash_point: String,
+    /// More fault injection for tests, off (empty) by default; a comma
+    /// separated list, see [`crate::faults`].
+    pub faults: String,
+}
+
+impl Default for SagaSettings {
+    fn default() -> Self {
+        Self {
+            lease_ms: 30_000,
+            poll_interval_ms: 500,
+            max_concurrent: 256,
+            step_deadline_ms: 60_000,
+            retry_base_ms: 100,
+            retry_max_ms: 10_000,
+            max_wait_ms: 10_000,
+            crash_point: String::new(),
+            faults: String::new(),
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The persisted state machine: `saga_instances` and `saga_instance_steps`
+//! (see the crate's migrations), their status enums, and the reads a host
+//! shows (e.g. an order's saga and its steps).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::{FromRow, PgExecutor};
+use uuid::Uuid;
+
+/// An instance's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SagaStatus {
+    /// Running its forward steps.
+    Running,
+    /// Running compensations; ends COMPENSATED.
+    Compensating,
+    Completed,
+    Compensated,
+}
+
+impl SagaStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SagaStatus::Running => "RUNNING",
+            SagaStatus::Compensating => "COMPENSATING",
+            SagaStatus::Completed => "COMPLETED",
+            SagaStatus::Compensated => "COMPENSATED",
+        }
+    }
+
+    pub fn is_finished(self) -> bool {
+        matches!(self, SagaStatus::Completed | SagaStatus::Compensated)
+    }
+}
+
+impl std::fmt::Display for SagaStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A step's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum StepStatus {
+    /// Started (or waiting for its next attempt: `error` says why).
+    Running,
+    Succeeded,
+    /// Rejected, or failed and given up (the saga compensates).
+    Failed,
+}
+
+impl StepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Running => "RUNNING",
+            StepStatus::Succeeded => "SUCCEEDED",
+            StepStatus::Failed => "FAILED",
+        }
+    }
+}
+
+/// Both enums are stored as their upper-case names in `TEXT` columns.
+macro_rules! text_enum {
+    ($ty:ident { $($variant:ident),* }) => {
+        impl $ty {
+            pub fn parse(s: &str) -> Option<Self> {
+                [$($ty::$variant),*].into_iter().find(|v| v.as_str() == s)
+            }
+        }
+
+        impl sqlx::Type<sqlx::Postgres> for $ty {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $ty {
+            fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                let s = <&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+                $ty::parse(s).ok_or_else(|| format!("unknown {} {s:?}", stringify!($ty)).into())
+            }
+        }
+
+        impl sqlx::Encode<'_, sqlx::Postgres> for $ty {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&str as sqlx::Encode<sqlx::Postgres>>::encode(self.as_str(), buf)
+            }
+        }
+    };
+}
+
+text_enum!(SagaStatus { Running, Compensating, Completed, Compensated });
+text_enum!(StepStatus { Running, Succeeded, Failed });
+
+/// One step of an instance, as stored.
+#[derive(Debug, Clone, Serialize, Deserialize, FromRow)]
+pub struct StepRecord {
+    pub name: String,
+    pub status: StepStatus,
+    pub attempts: i32,
+    pub error: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// An instance, as stored, with its steps in the order they started.
+#[derive(Debug, Clone, Serialize, Deserialize, FromRow)]
+pub struct InstanceRecord {
+    pub id: Uuid,
+    pub saga_type: String,
+    pub key: String,
+    pub status: SagaStatus,
+    /// The step that runs next; `None` once the saga has finished.
+    pub current_step: Option<String>,
+    pub failure_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    #[sqlx(skip)]
+    #[serde(default)]
+    pub steps: Vec<StepRecord>,
+}
+
+/// The columns of [`InstanceRecord`], for a host's own queries.
+pub const INSTANCE_COLUMNS: &str =
+    "id, saga_type, key, status, current_step, failure_reason, created_at, updated_at, finished_at";
+
+/// A JSON expression of an instance's steps as [`StepRecord`]s (for
+/// `sqlx::types::Json<Vec<StepRecord>>`), `instance` being the SQL name of
+/// the instance's row.
+pub fn steps_json(instance: &str) -> String {
+    format!(
+        "(SELECT COALESCE(json_agg(st ORDER BY st.started_at, st.name), '[]')
+          FROM (SELECT name, status, attempts, error, started_at, finished_at
+                FROM saga_instance_steps WHERE saga_id = {instance}.id) st)"
+    )
+}
+
+impl InstanceRecord {
+    /// Instance `id` with its steps, if it exists.
+    pub async fn load<'c, E: PgExecutor<'c> + Copy>(db: E, id: Uuid) -> Result<Option<Self>, sqlx::Error> {
+        let Some(mut record) = sqlx::query_as::<_, InstanceRecord>(&format!(
+            "SELECT {INSTANCE_COLUMNS} FROM saga_instances WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(db)
+        .await?
+        else {
+            return Ok(None);
+        };
+        record.steps = sqlx::query_as::<_, StepRecord>(
+            "SELECT name, status, attempts, error, started_at, finished_at FROM saga_instance_steps
+             WHERE saga_id = $1 ORDER BY started_at, name",
+        )
+        .bind(id)
+        .fetch_all(db)
+        .await?;
+        Ok(Some(record))
+    }
+}

@@ -1,0 +1,512 @@
+//! A four-step saga hosted by a test "shop": reserve (compensated by
+//! release), charge (the pivot, compensated by refund), ship (after the
+//! pivot, retried until it succeeds) and confirm (local). The participants
+//! are small but real: each keeps its effects in tables of the test's own
+//! PostgreSQL database, deduplicates on the step's idempotency key, and
+//! leaves a tombstone when a compensation arrives before its forward call.
+//!
+//! The whole generated fault matrix runs against it ([`testing::trials`]):
+//! one case per step and fault, each on a fresh database, each checked for
+//! the saga's end, the purchase's status, its one outbox event, and the
+//! participants' effects (nothing held, charged or shipped twice; nothing
+//! left reserved or charged by a compensated purchase). The `ship` step was
+//! added to a three-step saga by adding one `Action` and one line of the
+//! definition: its cases came with it.
+
+use sagaworks_outbox::{NewEvent, OutboxWriter};
+use sagaworks_saga::testing::{self, Case};
+use sagaworks_saga::{
+    Action, Compensation, Definition, End, Engine, NEW_INSTANCE, NewInstance, Saga, SagaSettings, SagaStatus,
+    Started, Statement, StepContext, StepError,
+};
+use sagaworks_test_support::TestDatabase;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+const PRICE: i64 = 250;
+const STOCK: i64 = 10;
+const CREDIT: i64 = 10_000;
+
+/// The saga: a purchase of `quantity` units.
+struct Purchase {
+    outbox: OutboxWriter,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct PurchaseInput {
+    purchase_id: Uuid,
+    quantity: i64,
+}
+
+impl Saga for Purchase {
+    const NAME: &'static str = "purchase";
+    type Input = PurchaseInput;
+
+    fn on_end(&self, ctx: &StepContext<'_, Self>, end: &End<'_>, w: &mut Statement) -> Result<(), StepError> {
+        let (status, event) = match end {
+            End::Completed => ("CONFIRMED", "PurchaseConfirmed"),
+            End::Compensated { .. } => ("CANCELLED", "PurchaseCancelled"),
+        };
+        let id = ctx.input().purchase_id;
+        let (pid, pstatus) = (w.bind(id), w.bind(status));
+        let guard = w.guard().to_string();
+        w.with(
+            "purchase_end",
+            format!("UPDATE purchases SET status = {pstatus} FROM {guard} WHERE purchases.id = {pid}"),
+        );
+        let event = NewEvent::new("purchase", id, event, serde_json::json!({ "purchase_id": id }))
+            .and_then(|e| self.outbox.pending(e))
+            .map_err(|e| StepError::Failed(e.to_string()))?;
+        w.event(event);
+        Ok(())
+    }
+}
+
+/// Participants' effects live in these tables; each key is applied once.
+const SCHEMA: &str = "
+    CREATE TABLE purchases (id UUID PRIMARY KEY, status TEXT NOT NULL, total_cents BIGINT NOT NULL DEFAULT 0);
+    CREATE TABLE stock (id INT PRIMARY KEY, available BIGINT NOT NULL CHECK (available >= 0), reserved BIGINT NOT NULL);
+    CREATE TABLE holds (purchase_id UUID PRIMARY KEY, quantity BIGINT NOT NULL, released BOOLEAN NOT NULL);
+    CREATE TABLE wallet (id INT PRIMARY KEY, balance BIGINT NOT NULL CHECK (balance >= 0));
+    CREATE TABLE charges (purchase_id UUID PRIMARY KEY, amount BIGINT NOT NULL, refunded BOOLEAN NOT NULL);
+    CREATE TABLE shipments (purchase_id UUID PRIMARY KEY);
+    CREATE TABLE calls (seq BIGSERIAL PRIMARY KEY, step TEXT NOT NULL, purchase_id UUID NOT NULL);
+";
+
+async fn call(pool: &PgPool, step: &str, id: Uuid) -> Result<(), StepError> {
+    sqlx::query("INSERT INTO calls (step, purchase_id) VALUES ($1, $2)")
+        .bind(step)
+        .bind(id)
+        .execute(pool)
+        .await
+        .map(|_| ())
+        .map_err(db)
+}
+
+fn db(e: sqlx::Error) -> StepError {
+    StepError::Failed(e.to_string())
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Reserved {
+    total_cents: i64,
+}
+
+struct Reserve(PgPool);
+
+impl Action<Purchase> for Reserve {
+    const NAME: &'static str = "reserve";
+    type Output = Reserved;
+
+    async fn run(&self, ctx: &StepContext<'_, Purchase>) -> Result<Reserved, StepError> {
+        let PurchaseInput { purchase_id: id, quantity } = *ctx.input();
+        call(&self.0, Self::NAME, id).await?;
+        let mut tx = self.0.begin().await.map_err(db)?;
+        let inserted = sqlx::query(
+            "INSERT INTO holds (purchase_id, quantity, released) VALUES ($1, $2, false) ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(quantity)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?
+        .rows_affected();
+        if inserted == 1 {
+            let moved = sqlx::query(
+                "UPDATE stock SET available = available - $1, reserved = reserved + $1 WHERE id = 1 AND available >= $1",
+            )
+            .bind(quantity)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?
+            .rows_affected();
+            if moved == 0 {
+                return Err(StepError::Rejected("insufficient stock".into()));
+            }
+        } else {
+            let released: bool = sqlx::query_scalar("SELECT released FROM holds WHERE purchase_id = $1")
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
+            if released {
+                return Err(StepError::Rejected("released before it was reserved".into()));
+            }
+        }
+        tx.commit().await.map_err(db)?;
+        Ok(Reserved { total_cents: quantity * PRICE })
+    }
+
+    fn record(
+        &self,
+        ctx: &StepContext<'_, Purchase>,
+        output: &Reserved,
+        w: &mut Statement,
+    ) -> Result<(), StepError> {
+        let (id, total) = (w.bind(ctx.input().purchase_id), w.bind(output.total_cents));
+        let guard = w.guard().to_string();
+        w.with(
+            "purchase_total",
+            format!("UPDATE purchases SET total_cents = {total} FROM {guard} WHERE purchases.id = {id}"),
+        );
+        Ok(())
+    }
+}
+
+struct Release(PgPool);
+
+impl Compensation<Purchase> for Release {
+    const NAME: &'static str = "release";
+
+    async fn run(&self, ctx: &StepContext<'_, Purchase>) -> Result<(), StepError> {
+        let id = ctx.input().purchase_id;
+        call(&self.0, Self::NAME, id).await?;
+        let mut tx = self.0.begin().await.map_err(db)?;
+        let held: Option<(i64, bool)> =
+            sqlx::query_as("SELECT quantity, released FROM holds WHERE purchase_id = $1 FOR UPDATE")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+        match held {
+            // A tombstone: nothing was reserved, and a late reserve is refused.
+            None => {
+                sqlx::query("INSERT INTO holds (purchase_id, quantity, released) VALUES ($1, 0, true)")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            }
+            Some((quantity, false)) => {
+                sqlx::query("UPDATE holds SET released = true WHERE purchase_id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+                sqlx::query(
+                    "UPDATE stock SET available = available + $1, reserved = reserved - $1 WHERE id = 1",
+                )
+                .bind(quantity)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            }
+            Some((_, true)) => {}
+        }
+        tx.commit().await.map_err(db)
+    }
+}
+
+struct Charge(PgPool);
+
+impl Action<Purchase> for Charge {
+    const NAME: &'static str = "charge";
+    type Output = ();
+
+    async fn run(&self, ctx: &StepContext<'_, Purchase>) -> Result<(), StepError> {
+        let id = ctx.input().purchase_id;
+        // Typed data from the step before, also after a crash on another replica.
+        let amount = ctx.output::<Reserve>()?.total_cents;
+        call(&self.0, Self::NAME, id).await?;
+        let mut tx = self.0.begin().await.map_err(db)?;
+        let inserted = sqlx::query(
+            "INSERT INTO charges (purchase_id, amount, refunded) VALUES ($1, $2, false) ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(amount)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?
+        .rows_affected();
+        if inserted == 1 {
+            sqlx::query("UPDATE wallet SET balance = balance - $1 WHERE id = 1")
+                .bind(amount)
+                .execute(&mut *tx)
+                .await
+                .map_err(|_| StepError::Rejected("insufficient funds".into()))?;
+        } else {
+            let refunded: bool = sqlx::query_scalar("SELECT refunded FROM charges WHERE purchase_id = $1")
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
+            if refunded {
+                return Err(StepError::Rejected("refunded before it was charged".into()));
+            }
+        }
+        tx.commit().await.map_err(db)
+    }
+}
+
+struct Refund(PgPool);
+
+impl Compensation<Purchase> for Refund {
+    const NAME: &'static str = "refund";
+
+    async fn run(&self, ctx: &StepContext<'_, Purchase>) -> Result<(), StepError> {
+        let id = ctx.input().purchase_id;
+        call(&self.0, Self::NAME, id).await?;
+        let mut tx = self.0.begin().await.map_err(db)?;
+        let charged: Option<(i64, bool)> =
+            sqlx::query_as("SELECT amount, refunded FROM charges WHERE purchase_id = $1 FOR UPDATE")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+        match charged {
+            // A tombstone: nothing was charged, and a late charge is refused.
+            None => {
+                sqlx::query("INSERT INTO charges (purchase_id, amount, refunded) VALUES ($1, 0, true)")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            }
+            Some((amount, false)) => {
+                sqlx::query("UPDATE charges SET refunded = true WHERE purchase_id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+                sqlx::query("UPDATE wallet SET balance = balance + $1 WHERE id = 1")
+                    .bind(amount)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            }
+            Some((_, true)) => {}
+        }
+        tx.commit().await.map_err(db)
+    }
+}
+
+/// The step added to the original three: after the pivot, so it has no
+/// compensation and is retried until it succeeds.
+struct Ship(PgPool);
+
+impl Action<Purchase> for Ship {
+    const NAME: &'static str = "ship";
+    type Output = ();
+
+    async fn run(&self, ctx: &StepContext<'_, Purchase>) -> Result<(), StepError> {
+        let id = ctx.input().purchase_id;
+        call(&self.0, Self::NAME, id).await?;
+        sqlx::query("INSERT INTO shipments (purchase_id) VALUES ($1) ON CONFLICT DO NOTHING")
+            .bind(id)
+            .execute(&self.0)
+            .await
+            .map(|_| ())
+            .map_err(db)
+    }
+}
+
+/// Local: its effect is the saga's end (`Purchase::on_end`).
+struct Confirm;
+
+impl Action<Purchase> for Confirm {
+    const NAME: &'static str = "confirm";
+    type Output = ();
+    const LOCAL: bool = true;
+
+    async fn run(&self, _: &StepContext<'_, Purchase>) -> Result<(), StepError> {
+        Ok(())
+    }
+}
+
+fn definition(pool: &PgPool) -> Definition<Purchase> {
+    Definition::builder(Purchase { outbox: OutboxWriter::new("shop") })
+        .compensatable(Reserve(pool.clone()), Release(pool.clone()))
+        .pivot_compensatable(Charge(pool.clone()), Refund(pool.clone()))
+        .retriable(Ship(pool.clone()))
+        .retriable(Confirm)
+        .build()
+        .expect("a valid definition")
+}
+
+fn settings() -> SagaSettings {
+    SagaSettings {
+        lease_ms: 300,
+        poll_interval_ms: 20,
+        retry_base_ms: 5,
+        retry_max_ms: 40,
+        ..Default::default()
+    }
+}
+
+/// A fresh shop database with the saga's and the outbox's tables.
+async fn shop() -> (TestDatabase, PgPool) {
+    let database = TestDatabase::create("saga_example").await;
+    let pool = database.pool().await;
+    let mut migrators = [sagaworks_saga::migrator(), sagaworks_outbox::migrator()];
+    sagaworks_runtime::db::migrate(&pool, &mut migrators).await.expect("migrations");
+    sqlx::raw_sql(SCHEMA).execute(&pool).await.expect("schema");
+    sqlx::query("INSERT INTO stock VALUES (1, $1, 0)").bind(STOCK).execute(&pool).await.unwrap();
+    sqlx::query("INSERT INTO wallet VALUES (1, $1)").bind(CREDIT).execute(&pool).await.unwrap();
+    (database, pool)
+}
+
+/// The host's own statement: the purchase and its saga instance, together.
+async fn place(engine: &Engine<Purchase>, pool: &PgPool, quantity: i64, stop: &CancellationToken) -> Uuid {
+    let purchase_id = Uuid::now_v7();
+    let instance = NewInstance {
+        id: Uuid::now_v7(),
+        key: purchase_id.to_string(),
+        input: PurchaseInput { purchase_id, quantity },
+        traceparent: None,
+    };
+    let permit = engine.try_permit();
+    let mut w = Statement::new("p");
+    let id = w.bind(purchase_id);
+    w.with("p", format!("INSERT INTO purchases (id, status) VALUES ({id}, 'PENDING') RETURNING id"));
+    engine.insert(&mut w, &instance, permit.is_some()).expect("insert");
+    let (sql, args) = w.finish(&format!("SELECT created_at FROM {NEW_INSTANCE}")).expect("statement");
+    let created_at = sqlx::query_scalar_with(&sql, args).fetch_one(pool).await.expect("purchase placed");
+    engine.start(Started { instance, created_at, permit }, Duration::from_secs(5), stop).await;
+    purchase_id
+}
+
+async fn run_case(case: Case) -> Result<(), String> {
+    let (_database, pool) = shop().await;
+    let stop = CancellationToken::new();
+    let mut faulty = settings();
+    case.apply(&mut faulty);
+    let first = Engine::new(pool.clone(), definition(&pool), faulty).map_err(|e| e.to_string())?;
+    tokio::spawn(first.clone().run_worker(stop.clone()));
+    let quantity = 2;
+    let purchase = place(&first, &pool, quantity, &stop).await;
+    if case.crashes() {
+        sagaworks_test_support::eventually(
+            "the first replica to stop dead",
+            Duration::from_secs(30),
+            || async { first.has_crashed().then_some(()) },
+        )
+        .await;
+        let second = Engine::new(pool.clone(), definition(&pool), settings()).map_err(|e| e.to_string())?;
+        tokio::spawn(second.run_worker(stop.clone()));
+    }
+    let status: String =
+        sagaworks_test_support::eventually("the saga to finish", Duration::from_secs(30), || async {
+            sqlx::query_scalar::<_, String>(
+                "SELECT status FROM saga_instances WHERE key = $1 AND status IN ('COMPLETED', 'COMPENSATED')",
+            )
+            .bind(purchase.to_string())
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+        })
+        .await;
+    stop.cancel();
+
+    let expect = &case.expect;
+    assert_eq!(SagaStatus::parse(&status), Some(expect.status), "saga status");
+    let (purchase_status, total): (String, i64) =
+        sqlx::query_as("SELECT status, total_cents FROM purchases WHERE id = $1")
+            .bind(purchase)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let completed = expect.status == SagaStatus::Completed;
+    assert_eq!(purchase_status, if completed { "CONFIRMED" } else { "CANCELLED" });
+    let events: Vec<String> = sqlx::query_scalar("SELECT event_type FROM outbox WHERE aggregate_id = $1")
+        .bind(purchase.to_string())
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(events, [if completed { "PurchaseConfirmed" } else { "PurchaseCancelled" }], "one end event");
+
+    // Invariants at rest: every effect once, none left behind by a compensated purchase.
+    let (available, reserved): (i64, i64) =
+        sqlx::query_as("SELECT available, reserved FROM stock").fetch_one(&pool).await.unwrap();
+    let balance: i64 = sqlx::query_scalar("SELECT balance FROM wallet").fetch_one(&pool).await.unwrap();
+    let shipped: i64 = sqlx::query_scalar("SELECT count(*) FROM shipments").fetch_one(&pool).await.unwrap();
+    let live_holds: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM holds WHERE NOT released").fetch_one(&pool).await.unwrap();
+    if completed {
+        assert_eq!(total, quantity * PRICE, "the reservation's total was recorded with its result");
+        assert_eq!((available, reserved, live_holds), (STOCK - quantity, quantity, 1), "reserved once");
+        assert_eq!(balance, CREDIT - quantity * PRICE, "charged once");
+        assert_eq!(shipped, 1, "shipped once");
+    } else {
+        assert_eq!((available, reserved, live_holds), (STOCK, 0, 0), "nothing stays reserved");
+        assert_eq!(balance, CREDIT, "nothing stays charged");
+        assert_eq!(shipped, 0, "nothing shipped");
+    }
+    // The compensations that ran, in order (each at least once).
+    let mut ran: Vec<String> =
+        sqlx::query_scalar("SELECT step FROM calls WHERE step IN ('release', 'refund') ORDER BY seq")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    ran.dedup();
+    assert_eq!(ran, expect.compensations, "compensations");
+    // Steps as recorded: every forward step that took effect SUCCEEDED.
+    let succeeded: Vec<String> = sqlx::query_scalar(
+        "SELECT st.name FROM saga_instance_steps st JOIN saga_instances i ON i.id = st.saga_id
+         WHERE i.key = $1 AND st.status = 'SUCCEEDED'",
+    )
+    .bind(purchase.to_string())
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    for step in &expect.effective {
+        assert!(succeeded.iter().any(|s| s == step), "{step} recorded as succeeded: {succeeded:?}");
+    }
+    Ok(())
+}
+
+/// Tests that are not matrix cells.
+fn other_trials() -> Vec<libtest_mimic::Trial> {
+    use libtest_mimic::Trial;
+    vec![
+        Trial::test("a_definition_with_a_bad_name_is_refused_when_built", || {
+            struct Bad;
+            impl Saga for Bad {
+                const NAME: &'static str = "bad";
+                type Input = ();
+            }
+            struct Step;
+            impl Action<Bad> for Step {
+                const NAME: &'static str = "Not A Name";
+                type Output = ();
+                async fn run(&self, _: &StepContext<'_, Bad>) -> Result<(), StepError> {
+                    Ok(())
+                }
+            }
+            let err = Definition::builder(Bad).pivot(Step).build().err().ok_or("built")?;
+            let message = err.to_string();
+            if !message.contains("\"Not A Name\" is not lower case") {
+                return Err(format!("unclear error: {message}").into());
+            }
+            Ok(())
+        }),
+        Trial::test("the_matrix_lists_the_added_ship_step", || {
+            let names: Vec<String> = testing::cases(&shape()).iter().map(Case::name).collect();
+            for expected in
+                ["ship::rejected", "ship::crash_after_call", "refund::compensation_fails_then_succeeds"]
+            {
+                if !names.iter().any(|n| n == expected) {
+                    return Err(format!("no case {expected} in {names:?}").into());
+                }
+            }
+            Ok(())
+        }),
+    ]
+}
+
+/// The definition's shape, which needs no database: a lazy pool never connects.
+fn shape() -> sagaworks_saga::Shape {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let _guard = runtime.enter();
+    let pool = sqlx::PgPool::connect_lazy("postgres://unused").expect("a lazy pool");
+    definition(&pool).shape()
+}
+
+fn main() {
+    let args = libtest_mimic::Arguments::from_args();
+    let mut trials = testing::trials("matrix::", &shape(), run_case);
+    trials.extend(other_trials());
+    libtest_mimic::run(&args, trials).exit();
+}
