@@ -87,8 +87,8 @@ pub async fn step_duration(order_db: &sqlx::PgPool, order_id: &str, name: &str) 
     let order_id: uuid::Uuid = order_id.parse().expect("order id is a uuid");
     let micros: i64 = sqlx::query_scalar(
         "SELECT (extract(epoch FROM st.finished_at - st.started_at) * 1000000)::bigint
-         FROM saga_steps st JOIN sagas s ON s.id = st.saga_id
-         WHERE s.order_id = $1 AND st.name = $2 AND st.finished_at IS NOT NULL",
+         FROM saga_instance_steps st JOIN saga_instances s ON s.id = st.saga_id
+         WHERE s.key = $1::text AND st.name = $2 AND st.finished_at IS NOT NULL",
     )
     .bind(order_id)
     .bind(name)

@@ -716,6 +716,9 @@ impl<S: Saga> Engine<S> {
             }
             Next::Compensated => (Some(SagaStatus::Compensated), None, None, true, None, true),
         };
+        // A carried step's result moves the instance to the (local) step
+        // that commits it, also when that step is to be retried.
+        let current = current.or(if carried.is_some() && !finished { Some(state.at) } else { None });
         // The outputs this commit adds: the step's (forward, succeeded) and the carried one's.
         let mut outputs = Map::new();
         if let Some((i, output)) = &carried {

@@ -34,12 +34,6 @@ impl SagaStatus {
     }
 }
 
-impl std::fmt::Display for SagaStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// A step's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -67,6 +61,12 @@ macro_rules! text_enum {
         impl $ty {
             pub fn parse(s: &str) -> Option<Self> {
                 [$($ty::$variant),*].into_iter().find(|v| v.as_str() == s)
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
             }
         }
 
@@ -145,24 +145,21 @@ pub fn steps_json(instance: &str) -> String {
 }
 
 impl InstanceRecord {
-    /// Instance `id` with its steps, if it exists.
-    pub async fn load<'c, E: PgExecutor<'c> + Copy>(db: E, id: Uuid) -> Result<Option<Self>, sqlx::Error> {
-        let Some(mut record) = sqlx::query_as::<_, InstanceRecord>(&format!(
-            "SELECT {INSTANCE_COLUMNS} FROM saga_instances WHERE id = $1"
+    /// Instance `id` with its steps, if it exists, in one round trip.
+    pub async fn load<'c, E: PgExecutor<'c>>(db: E, id: Uuid) -> Result<Option<Self>, sqlx::Error> {
+        #[derive(FromRow)]
+        struct Row {
+            #[sqlx(flatten)]
+            instance: InstanceRecord,
+            steps: sqlx::types::Json<Vec<StepRecord>>,
+        }
+        let row = sqlx::query_as::<_, Row>(&format!(
+            "SELECT {INSTANCE_COLUMNS}, {} AS steps FROM saga_instances i WHERE i.id = $1",
+            steps_json("i")
         ))
         .bind(id)
         .fetch_optional(db)
-        .await?
-        else {
-            return Ok(None);
-        };
-        record.steps = sqlx::query_as::<_, StepRecord>(
-            "SELECT name, status, attempts, error, started_at, finished_at FROM saga_instance_steps
-             WHERE saga_id = $1 ORDER BY started_at, name",
-        )
-        .bind(id)
-        .fetch_all(db)
         .await?;
-        Ok(Some(record))
+        Ok(row.map(|row| InstanceRecord { steps: row.steps.0, ..row.instance }))
     }
 }

@@ -100,7 +100,9 @@ pub struct Saga {
     pub order_id: String,
     /// `RUNNING`, `COMPENSATING`, `COMPLETED` or `COMPENSATED`.
     pub status: String,
-    pub current_step: String,
+    /// The step running or to run next; absent once the saga has finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_step: Option<String>,
     pub steps: Vec<SagaStep>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
@@ -161,7 +163,7 @@ impl From<ord::Saga> for Saga {
             saga_id: s.saga_id,
             order_id: s.order_id,
             status: s.status,
-            current_step: s.current_step,
+            current_step: non_empty(s.current_step),
             steps: s.steps.into_iter().map(Into::into).collect(),
             failure_reason: non_empty(s.failure_reason),
             created_at: time(s.created_at),

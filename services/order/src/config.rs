@@ -5,6 +5,7 @@ use sagaworks_config::{DatabaseSettings, KafkaSettings, ListenSettings, Telemetr
 use sagaworks_outbox::{ConsumerSettings, RelaySettings};
 use sagaworks_resilience::ClientSettings;
 use sagaworks_runtime::fault::FaultSettings;
+use sagaworks_saga::SagaSettings;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -26,6 +27,7 @@ pub struct Settings {
     pub inventory: ClientSettings,
     /// The payment service (saga participant).
     pub payment: ClientSettings,
+    /// How the saga engine drives order sagas (leases, deadlines, retries).
     pub saga: SagaSettings,
 }
 
@@ -55,47 +57,6 @@ impl Default for Settings {
             inventory: ClientSettings::with_url("http://127.0.0.1:50052"),
             payment: ClientSettings::with_url("http://127.0.0.1:50053"),
             saga: SagaSettings::default(),
-        }
-    }
-}
-
-/// How the orchestrator drives sagas.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct SagaSettings {
-    /// How long a driver owns a saga without renewing; after that another
-    /// replica (or this one after a restart) takes it over.
-    pub lease_ms: u64,
-    /// How often the worker looks for sagas to resume.
-    pub poll_interval_ms: u64,
-    /// Sagas one replica drives at once.
-    pub max_concurrent: usize,
-    /// A forward step still unfinished this long after it started (across
-    /// crashes and restarts) is given up and compensated.
-    pub step_deadline_ms: u64,
-    /// First and largest delay between attempts of a compensation step.
-    pub retry_base_ms: u64,
-    pub retry_max_ms: u64,
-    /// The longest `CreateOrder` may wait for the saga before answering.
-    pub max_wait_ms: u64,
-    /// Fault injection for tests, off (empty) by default: makes this replica
-    /// stop dead at a point of a saga, as if the process had been killed
-    /// there. `before:<step>`, `after_call:<step>` (the participant did the
-    /// work, nothing was recorded) or `after_commit:<step>`.
-    pub crash_point: String,
-}
-
-impl Default for SagaSettings {
-    fn default() -> Self {
-        Self {
-            lease_ms: 30_000,
-            poll_interval_ms: 500,
-            max_concurrent: 256,
-            step_deadline_ms: 60_000,
-            retry_base_ms: 100,
-            retry_max_ms: 10_000,
-            max_wait_ms: 10_000,
-            crash_point: String::new(),
         }
     }
 }

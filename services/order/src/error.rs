@@ -14,6 +14,9 @@ pub enum Error {
     SagaNotFound(Uuid),
     #[error("idempotency key was already used for a different order request")]
     KeyReused,
+    /// The saga's input could not be stored.
+    #[error("saga: {0}")]
+    Saga(String),
     #[error(transparent)]
     Outbox(#[from] sagaworks_outbox::OutboxError),
     #[error(transparent)]
@@ -27,6 +30,7 @@ impl From<Error> for Status {
             Error::OrderNotFound(_) | Error::SagaNotFound(_) => Status::not_found(e.to_string()),
             Error::KeyReused => sagaworks_errors::status::invalid_argument("idempotency_key", e.to_string()),
             Error::Outbox(e) => e.into(),
+            Error::Saga(e) => Status::internal(e),
             Error::Db(db) => db_status(db),
         }
     }

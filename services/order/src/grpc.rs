@@ -2,14 +2,14 @@
 //! assemble the order with its saga steps and event timeline.
 
 use crate::error::{Error, Result};
-use crate::orders::{self, Created, NewOrder, Order, SagaRecord, TimelineEntry};
-use crate::saga::orchestrator::{NewSaga, Orchestrator};
-use crate::saga::worker;
+use crate::orders::{self, Created, NewOrder, Order, TimelineEntry};
+use crate::saga::PlaceOrder;
 use sagaworks_errors::validate::{order_lines, text, uuid};
 use sagaworks_outbox::OutboxWriter;
 use sagaworks_proto::order::v1 as pb;
 use sagaworks_proto::order::v1::order_service_server::OrderService;
 use sagaworks_proto::timestamp;
+use sagaworks_saga::{Engine, InstanceRecord, Started};
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use std::time::Duration;
@@ -23,13 +23,13 @@ const MAX_QUANTITY: i64 = 1_000_000;
 pub struct Orders {
     pool: PgPool,
     outbox: OutboxWriter,
-    orchestrator: Orchestrator,
+    saga: Engine<PlaceOrder>,
     shutdown: CancellationToken,
 }
 
 impl Orders {
-    pub fn new(pool: PgPool, orchestrator: Orchestrator, shutdown: CancellationToken) -> Self {
-        Self { pool, outbox: OutboxWriter::new("order"), orchestrator, shutdown }
+    pub fn new(pool: PgPool, saga: Engine<PlaceOrder>, shutdown: CancellationToken) -> Self {
+        Self { pool, outbox: OutboxWriter::new("order"), saga, shutdown }
     }
 
     async fn view(&self, order_id: uuid::Uuid) -> Result<pb::Order> {
@@ -50,18 +50,20 @@ fn request_hash(new_customer: uuid::Uuid, lines: &std::collections::BTreeMap<uui
     h.finalize().to_vec()
 }
 
-fn saga_pb(s: SagaRecord) -> pb::Saga {
+fn saga_pb(s: InstanceRecord) -> pb::Saga {
     pb::Saga {
         saga_id: s.id.to_string(),
-        order_id: s.order_id.to_string(),
-        status: s.status,
-        current_step: s.current_step,
+        // The order saga's business key is its order's id.
+        order_id: s.key,
+        status: s.status.to_string(),
+        // Empty once the saga has finished.
+        current_step: s.current_step.unwrap_or_default(),
         steps: s
             .steps
             .into_iter()
             .map(|st| pb::SagaStep {
                 name: st.name,
-                status: st.status,
+                status: st.status.to_string(),
                 attempts: st.attempts.max(0) as u32,
                 error: st.error.unwrap_or_default(),
                 started_at: Some(timestamp(st.started_at)),
@@ -74,7 +76,7 @@ fn saga_pb(s: SagaRecord) -> pb::Saga {
     }
 }
 
-fn order_pb(o: Order, saga: Option<SagaRecord>, timeline: Vec<TimelineEntry>) -> pb::Order {
+fn order_pb(o: Order, saga: Option<InstanceRecord>, timeline: Vec<TimelineEntry>) -> pb::Order {
     pb::Order {
         order_id: o.id.to_string(),
         customer_id: o.customer_id.to_string(),
@@ -135,23 +137,19 @@ impl OrderService for Orders {
             // another replica resumes the saga later.
             traceparent: sagaworks_telemetry::propagation::current_traceparent(),
         };
-        let settings = self.orchestrator.settings();
         // Taken first: a saga this replica will drive at once gets its first
         // attempt recorded with the order.
-        let permit = self.orchestrator.permits().try_acquire_owned().ok();
-        let first_attempt = permit.is_some();
+        let permit = self.saga.try_permit();
         // One statement, atomic on its own: no transaction needed.
         let mut conn = self.pool.acquire().await.map_err(Error::from)?;
-        let owner = self.orchestrator.owner();
-        let created =
-            orders::create(&mut conn, &self.outbox, &new, owner, settings.lease_ms, first_attempt).await?;
+        let created = orders::create(&mut conn, &self.outbox, &self.saga, &new, permit.is_some()).await?;
         drop(conn);
         let (order_id, replayed) = match created {
-            Created::New { order_id, saga_id, created_at } => {
-                let wait = Duration::from_millis(u64::from(r.wait_millis).min(settings.max_wait_ms));
-                let saga =
-                    NewSaga { saga_id, order_id, customer_id, created_at, items: new.items, first_attempt };
-                worker::start(&self.orchestrator, saga, permit, wait, &self.shutdown).await;
+            Created::New { order_id, saga, created_at } => {
+                let wait =
+                    Duration::from_millis(u64::from(r.wait_millis).min(self.saga.settings().max_wait_ms));
+                let started = Started { instance: *saga, created_at, permit };
+                self.saga.start(started, wait, &self.shutdown).await;
                 (order_id, false)
             }
             Created::Replayed { order_id } => (order_id, true),

@@ -10,7 +10,7 @@
 //! * [`startup`] — [`startup::Application`], built by `main` and by tests.
 //! * [`grpc`] — the API.
 //! * [`orders`] — orders, items, saga records and the timeline, on the database.
-//! * [`saga`] — the saga's rules, its orchestrator and its worker.
+//! * [`saga`] — the order saga's definition and steps (driven by `sagaworks_saga`).
 //! * [`timeline`] — the per-order event timeline, fed from Kafka.
 //! * [`error`] — errors and their one mapping to gRPC codes.
 

@@ -3,12 +3,13 @@
 
 use crate::config::Settings;
 use crate::grpc::Orders;
-use crate::saga::{orchestrator::Orchestrator, worker};
+use crate::saga::{self, PlaceOrder};
 use crate::timeline::Timeline;
 use sagaworks_outbox::service;
 use sagaworks_proto::order::v1::order_service_server::OrderServiceServer;
 use sagaworks_runtime::health::Readiness;
 use sagaworks_runtime::host::{HostError, ServiceHost, Task};
+use sagaworks_saga::Engine;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -18,8 +19,8 @@ pub enum StartupError {
     Host(#[from] HostError),
     #[error("invalid client settings: {0}")]
     Client(#[from] sagaworks_resilience::ResilienceError),
-    #[error("invalid saga settings: {0}")]
-    Saga(String),
+    #[error(transparent)]
+    Saga(#[from] sagaworks_saga::SettingsError),
     #[error(transparent)]
     Messaging(#[from] sagaworks_outbox::OutboxError),
 }
@@ -28,21 +29,27 @@ pub enum StartupError {
 pub struct Application {
     settings: Settings,
     host: ServiceHost,
-    orchestrator: Orchestrator,
+    saga: Engine<PlaceOrder>,
 }
 
 impl Application {
     /// Connects, migrates and binds both ports (0 = any free port).
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let migrations = vec![sqlx::migrate!("../../migrations/order"), sagaworks_outbox::migrator()];
+        // The saga library's tables first: an order migration moves the
+        // sagas of an older release into them.
+        let migrations = vec![
+            sagaworks_saga::migrator(),
+            sqlx::migrate!("../../migrations/order"),
+            sagaworks_outbox::migrator(),
+        ];
         let host = ServiceHost::build(&settings.database, migrations, &settings.grpc, &settings.http)
             .await?
             .with_faults(&settings.fault);
         let inventory = sagaworks_resilience::channel("inventory", &settings.inventory)?;
         let payment = sagaworks_resilience::channel("payment", &settings.payment)?;
-        let orchestrator = Orchestrator::new(host.pool().clone(), inventory, payment, settings.saga.clone())
-            .map_err(StartupError::Saga)?;
-        Ok(Self { settings, host, orchestrator })
+        let saga =
+            Engine::new(host.pool().clone(), saga::definition(inventory, payment), settings.saga.clone())?;
+        Ok(Self { settings, host, saga })
     }
 
     pub fn grpc_port(&self) -> u16 {
@@ -64,12 +71,12 @@ impl Application {
     /// Serves until `shutdown` is cancelled, then drains and returns.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
         let pool = self.host.pool().clone();
-        let orders = Orders::new(pool.clone(), self.orchestrator.clone(), shutdown.clone());
+        let orders = Orders::new(pool.clone(), self.saga.clone(), shutdown.clone());
         let routes = tonic::service::Routes::new(OrderServiceServer::new(orders));
         let saga_worker: Task = Box::pin({
-            let (orchestrator, pool, shutdown) = (self.orchestrator.clone(), pool.clone(), shutdown.clone());
+            let worker = self.saga.clone().run_worker(shutdown.clone());
             async move {
-                worker::run(orchestrator, pool, shutdown).await;
+                worker.await;
                 Ok(())
             }
         });

@@ -1,0 +1,243 @@
+//! The order-placement saga, as a [`Definition`] of `sagaworks_saga`.
+//!
+//! ```text
+//!  reserve_stock ──ok──> charge_payment (pivot) ──ok──> confirm_order (local) ──> COMPLETED: order CONFIRMED
+//!       │                     │
+//!   rejected: CANCELLED   rejected ──────────────────┐
+//!   failed ─────────┐     failed ──> refund_payment ──> release_stock ──> COMPENSATED: order CANCELLED
+//!                   └──────────────────────────────────────────^
+//! ```
+//!
+//! The library drives it (leases, crash resume, deadlines, retries, the
+//! commit of every transition with its writes and events); this module is
+//! only what is particular to orders: the saga's input, the three
+//! participants' calls, the prices a reservation records, and the order's
+//! end with its `OrderConfirmed`/`OrderCancelled` event.
+
+use sagaworks_outbox::{NewEvent, OutboxWriter};
+use sagaworks_proto::inventory::v1 as inv;
+use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
+use sagaworks_proto::payment::v1 as pay;
+use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
+use sagaworks_resilience::ResilientChannel;
+use sagaworks_saga::grpc::{Direction, step_error};
+use sagaworks_saga::{Action, Compensation, Definition, End, Saga, Statement, StepContext, StepError};
+use sagaworks_telemetry::grpc::{ClientTrace, ClientTraceLayer};
+use serde::{Deserialize, Serialize};
+use tower::Layer;
+use uuid::Uuid;
+
+/// A participant channel: the resilience stack, each call traced.
+type Channel = ClientTrace<ResilientChannel>;
+
+pub fn definition(inventory: ResilientChannel, payment: ResilientChannel) -> Definition<PlaceOrder> {
+    let inventory = InventoryServiceClient::new(ClientTraceLayer::default().layer(inventory));
+    let payment = PaymentServiceClient::new(ClientTraceLayer::default().layer(payment));
+    Definition::builder(PlaceOrder { outbox: OutboxWriter::new("order") })
+        .compensatable(ReserveStock(inventory.clone()), ReleaseStock(inventory))
+        // A charge that timed out may have happened: refunded.
+        .pivot_compensatable(ChargePayment(payment.clone()), RefundPayment(payment))
+        .retriable(ConfirmOrder)
+        .build()
+        .expect("the order saga is well formed")
+}
+
+pub struct PlaceOrder {
+    outbox: OutboxWriter,
+}
+
+/// What an order's saga starts from (persisted with it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OrderInput {
+    pub order_id: Uuid,
+    pub customer_id: Uuid,
+    /// In product order.
+    pub items: Vec<Line>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Line {
+    pub product_id: Uuid,
+    pub quantity: i64,
+}
+
+impl Saga for PlaceOrder {
+    const NAME: &'static str = "place_order";
+    type Input = OrderInput;
+
+    /// The order is CONFIRMED or CANCELLED with its event, in the statement
+    /// that ends the saga.
+    fn on_end(&self, ctx: &StepContext<'_, Self>, end: &End<'_>, w: &mut Statement) -> Result<(), StepError> {
+        let input = ctx.input();
+        let total_cents = ctx.try_output::<ReserveStock>()?.map_or(0, |r| r.total_cents);
+        let saga_id = ctx.saga_id();
+        let mut payload = serde_json::json!({
+            "order_id": input.order_id, "customer_id": input.customer_id, "saga_id": saga_id,
+            "reservation_id": saga_id, "payment_id": saga_id, "total_cents": total_cents,
+        });
+        let (status, reason, event_type) = match end {
+            End::Completed => ("CONFIRMED", None, "OrderConfirmed"),
+            End::Compensated { reason } => {
+                payload["reason"] = (*reason).into();
+                ("CANCELLED", Some(reason.to_string()), "OrderCancelled")
+            }
+        };
+        let (id, status, reason) = (w.bind(input.order_id), w.bind(status), w.bind(reason));
+        let guard = w.guard().to_string();
+        w.with(
+            "order_end",
+            format!(
+                "UPDATE orders SET status = {status}, failure_reason = {reason}, updated_at = now()
+                 FROM {guard} WHERE orders.id = {id}"
+            ),
+        );
+        let event = NewEvent::new("order", input.order_id, event_type, payload)
+            .and_then(|e| self.outbox.pending(e))
+            .map_err(|e| StepError::Failed(e.to_string()))?;
+        w.event(event);
+        Ok(())
+    }
+}
+
+/// What a reservation answered: inventory owns prices.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Reserved {
+    pub total_cents: i64,
+    /// Product id and unit price.
+    pub prices: Vec<(Uuid, i64)>,
+}
+
+pub struct ReserveStock(InventoryServiceClient<Channel>);
+
+impl Action<PlaceOrder> for ReserveStock {
+    const NAME: &'static str = "reserve_stock";
+    type Output = Reserved;
+
+    async fn run(&self, ctx: &StepContext<'_, PlaceOrder>) -> Result<Reserved, StepError> {
+        let input = ctx.input();
+        let request = inv::ReserveStockRequest {
+            idempotency_key: ctx.idempotency_key(),
+            reservation_id: ctx.saga_id().to_string(),
+            order_id: input.order_id.to_string(),
+            items: input
+                .items
+                .iter()
+                .map(|l| inv::ReserveItem { product_id: l.product_id.to_string(), quantity: l.quantity })
+                .collect(),
+        };
+        let reservation = self
+            .0
+            .clone()
+            .reserve_stock(request)
+            .await
+            .map_err(|s| step_error(Self::NAME, Direction::Forward, &s))?
+            .into_inner();
+        let prices = reservation
+            .lines
+            .iter()
+            .filter_map(|l| Some((l.product_id.parse().ok()?, l.unit_price_cents)))
+            .collect();
+        Ok(Reserved { total_cents: reservation.total_cents, prices })
+    }
+
+    /// The order's prices and total, with the step's result.
+    fn record(
+        &self,
+        ctx: &StepContext<'_, PlaceOrder>,
+        r: &Reserved,
+        w: &mut Statement,
+    ) -> Result<(), StepError> {
+        let (products, cents): (Vec<Uuid>, Vec<i64>) = r.prices.iter().copied().unzip();
+        let id = w.bind(ctx.input().order_id);
+        let (products, cents, total) = (w.bind(products), w.bind(cents), w.bind(r.total_cents));
+        let guard = w.guard().to_string();
+        w.with(
+            "order_prices",
+            format!(
+                "UPDATE order_items SET unit_price_cents = p.price
+                 FROM {guard}, UNNEST({products}::uuid[], {cents}::bigint[]) AS p (product_id, price)
+                 WHERE order_items.order_id = {id} AND order_items.product_id = p.product_id"
+            ),
+        );
+        w.with(
+            "order_total",
+            format!("UPDATE orders SET total_cents = {total}, updated_at = now() FROM {guard} WHERE orders.id = {id}"),
+        );
+        Ok(())
+    }
+}
+
+pub struct ReleaseStock(InventoryServiceClient<Channel>);
+
+impl Compensation<PlaceOrder> for ReleaseStock {
+    const NAME: &'static str = "release_stock";
+
+    async fn run(&self, ctx: &StepContext<'_, PlaceOrder>) -> Result<(), StepError> {
+        let request = inv::ReleaseReservationRequest {
+            idempotency_key: ctx.idempotency_key(),
+            reservation_id: ctx.saga_id().to_string(),
+            order_id: ctx.input().order_id.to_string(),
+            reason: ctx.failure_reason().to_string(),
+        };
+        self.0
+            .clone()
+            .release_reservation(request)
+            .await
+            .map_err(|s| step_error(Self::NAME, Direction::Compensation, &s))?;
+        Ok(())
+    }
+}
+
+pub struct ChargePayment(PaymentServiceClient<Channel>);
+
+impl Action<PlaceOrder> for ChargePayment {
+    const NAME: &'static str = "charge_payment";
+    type Output = ();
+
+    async fn run(&self, ctx: &StepContext<'_, PlaceOrder>) -> Result<(), StepError> {
+        let input = ctx.input();
+        let request = pay::ChargeRequest {
+            idempotency_key: ctx.idempotency_key(),
+            payment_id: ctx.saga_id().to_string(),
+            customer_id: input.customer_id.to_string(),
+            order_id: input.order_id.to_string(),
+            amount_cents: ctx.output::<ReserveStock>()?.total_cents,
+        };
+        self.0.clone().charge(request).await.map_err(|s| step_error(Self::NAME, Direction::Forward, &s))?;
+        Ok(())
+    }
+}
+
+pub struct RefundPayment(PaymentServiceClient<Channel>);
+
+impl Compensation<PlaceOrder> for RefundPayment {
+    const NAME: &'static str = "refund_payment";
+
+    async fn run(&self, ctx: &StepContext<'_, PlaceOrder>) -> Result<(), StepError> {
+        let request = pay::RefundRequest {
+            idempotency_key: ctx.idempotency_key(),
+            payment_id: ctx.saga_id().to_string(),
+            order_id: ctx.input().order_id.to_string(),
+            reason: ctx.failure_reason().to_string(),
+        };
+        self.0
+            .clone()
+            .refund(request)
+            .await
+            .map_err(|s| step_error(Self::NAME, Direction::Compensation, &s))?;
+        Ok(())
+    }
+}
+
+/// Local: the order's confirmation is the saga's end ([`PlaceOrder::on_end`]).
+pub struct ConfirmOrder;
+
+impl Action<PlaceOrder> for ConfirmOrder {
+    const NAME: &'static str = "confirm_order";
+    type Output = ();
+    const LOCAL: bool = true;
+
+    async fn run(&self, _: &StepContext<'_, PlaceOrder>) -> Result<(), StepError> {
+        Ok(())
+    }
+}
