@@ -87,6 +87,16 @@ impl Case {
         !self.crash_point.is_empty()
     }
 
+    /// The crash comes after the commit that ends the instance: the first
+    /// replica finished it, and the second has nothing left to do.
+    pub fn ends_before_crash(&self) -> bool {
+        self.fault == Fault::CrashAfterCommit
+            && match self.expect.status {
+                SagaStatus::Completed => self.expect.effective.last() == Some(&self.step),
+                _ => self.expect.compensations.last() == Some(&self.step),
+            }
+    }
+
     /// Sets the case's faults on the first replica's settings.
     pub fn apply(&self, settings: &mut SagaSettings) {
         settings.crash_point = self.crash_point.clone();
@@ -266,6 +276,10 @@ mod tests {
         assert!(!names.contains(&"confirm_order::deadline_passed".to_string()));
         let refund = find(&cases, "refund_payment::compensation_fails_then_succeeds");
         assert_eq!(refund.faults, "fail:charge_payment:1,fail:refund_payment:3");
+        assert!(find(&cases, "release_stock::crash_after_commit").ends_before_crash());
+        assert!(find(&cases, "confirm_order::crash_after_commit").ends_before_crash());
+        assert!(!find(&cases, "reserve_stock::crash_after_commit").ends_before_crash());
+        assert!(!find(&cases, "refund_payment::crash_after_commit").ends_before_crash());
         let release = find(&cases, "release_stock::crash_after_call");
         assert_eq!(
             (release.crash_point.as_str(), release.faults.as_str()),
