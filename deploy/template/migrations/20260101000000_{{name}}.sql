@@ -5,6 +5,8 @@ CREATE TABLE items (
     id         UUID PRIMARY KEY,
     product_id UUID NOT NULL,
     name       TEXT NOT NULL,
+    -- PENDING while the item's claim saga (src/saga.rs) runs, then ACTIVE or REJECTED.
+    status     TEXT NOT NULL DEFAULT 'PENDING' CHECK (status IN ('PENDING', 'ACTIVE', 'REJECTED')),
     created_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 
@@ -14,3 +16,4 @@ CREATE TABLE confirmed_orders (
     total_cents  BIGINT NOT NULL,
     confirmed_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
+

@@ -4,6 +4,7 @@
 use sagaworks_config::{DatabaseSettings, KafkaSettings, ListenSettings, TelemetrySettings};
 use sagaworks_outbox::{ConsumerSettings, RelaySettings};
 use sagaworks_resilience::ClientSettings;
+use sagaworks_saga::SagaSettings;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -21,6 +22,9 @@ pub struct Settings {
     pub consumer: ConsumerSettings,
     /// The inventory service, asked whether a product exists (`APP_INVENTORY__URL`).
     pub inventory: ClientSettings,
+    /// How the example saga is driven (leases, deadlines, retries; `max_wait_ms`:
+    /// how long `CreateItem` waits for it).
+    pub saga: SagaSettings,
 }
 
 impl Default for Settings {
@@ -41,6 +45,7 @@ impl Default for Settings {
                 ..Default::default()
             },
             inventory: ClientSettings::with_url("http://127.0.0.1:50052"),
+            saga: SagaSettings::default(),
         }
     }
 }

@@ -15,6 +15,9 @@ pub enum Error {
     /// A downstream answered with something other than a business answer.
     #[error("{downstream}: {}", status.message())]
     Downstream { downstream: &'static str, status: Status },
+    /// The saga's input could not be stored.
+    #[error("saga: {0}")]
+    Saga(String),
     #[error(transparent)]
     Outbox(#[from] sagaworks_outbox::OutboxError),
     #[error(transparent)]
@@ -48,6 +51,10 @@ impl From<Error> for Status {
                 Status::internal("internal error")
             }
             Error::Outbox(sagaworks_outbox::OutboxError::Db(db)) | Error::Db(db) => db_status(db),
+            Error::Saga(_) => {
+                tracing::error!(error = %e, "saga not started");
+                Status::internal("internal error")
+            }
             Error::Outbox(other) => {
                 tracing::error!(error = %other, "outbox write failed");
                 Status::internal("internal error")

@@ -3,6 +3,10 @@
 
 use crate::error::Error;
 use crate::items::{self, Item, NewItem};
+use crate::saga::ClaimUnit;
+use sagaworks_saga::{Engine, Started};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 use crate::pb;
 use crate::pb::{{name}}_service_server::{{Name}}Service;
 use sagaworks_errors::validate::{text, uuid, uuid_or_new};
@@ -23,15 +27,24 @@ pub struct Items {
     pool: PgPool,
     outbox: OutboxWriter,
     inventory: Inventory,
+    saga: Engine<ClaimUnit>,
+    shutdown: CancellationToken,
 }
 
 impl Items {
     /// `inventory` is the resilient channel built once at startup (clones share it).
-    pub fn new(pool: PgPool, inventory: ResilientChannel) -> Self {
+    pub fn new(
+        pool: PgPool,
+        inventory: ResilientChannel,
+        saga: Engine<ClaimUnit>,
+        shutdown: CancellationToken,
+    ) -> Self {
         Self {
             pool,
             outbox: OutboxWriter::new("{{name}}"),
             inventory: InventoryServiceClient::new(ClientTraceLayer::default().layer(inventory)),
+            saga,
+            shutdown,
         }
     }
 
@@ -51,6 +64,7 @@ fn item(i: Item) -> pb::Item {
         id: i.id.to_string(),
         product_id: i.product_id.to_string(),
         name: i.name,
+        status: i.status,
         created_at: Some(sagaworks_proto::timestamp(i.created_at)),
     }
 }
@@ -70,9 +84,16 @@ impl {{Name}}Service for Items {
         };
         // Asked before the transaction: no connection is held while waiting on the network.
         self.check_product(new.product_id).await?;
+        // Taken first: a saga this replica drives at once gets its first attempt recorded with it.
+        let permit = self.saga.try_permit();
         let mut tx = self.pool.begin().await.map_err(Error::from)?;
-        let created = items::create(&mut tx, &self.outbox, new).await?;
+        let created = items::create(&mut tx, &self.outbox, &self.saga, new, permit.is_some()).await?;
         tx.commit().await.map_err(Error::from)?;
-        Ok(Response::new(item(created)))
+        // Answers when the claim has ended, or after `saga.max_wait_ms` with the item PENDING.
+        let wait = Duration::from_millis(self.saga.settings().max_wait_ms);
+        let started = Started { instance: created.saga, created_at: created.saga_created_at, permit };
+        self.saga.start(started, wait, &self.shutdown).await;
+        let mut conn = self.pool.acquire().await.map_err(Error::from)?;
+        Ok(Response::new(item(items::get(&mut conn, created.item.id).await?)))
     }
 }

@@ -1,14 +1,16 @@
-//! Builds and runs the {{name}} service: database, gRPC API, outbox relay,
-//! event consumer, health.
+//! Builds and runs the {{name}} service: database, gRPC API, saga engine and
+//! worker, outbox relay, event consumer, health.
 
 use crate::config::Settings;
 use crate::events::OrderEvents;
 use crate::grpc::Items;
+use crate::saga::{self, ClaimUnit};
 use crate::pb::{{name}}_service_server::{{Name}}ServiceServer;
 use sagaworks_outbox::service;
 use sagaworks_resilience::ResilientChannel;
 use sagaworks_runtime::health::Readiness;
-use sagaworks_runtime::host::{HostError, ServiceHost};
+use sagaworks_runtime::host::{HostError, ServiceHost, Task};
+use sagaworks_saga::Engine;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -19,6 +21,8 @@ pub enum StartupError {
     #[error("invalid client settings: {0}")]
     Client(#[from] sagaworks_resilience::ResilienceError),
     #[error(transparent)]
+    Saga(#[from] sagaworks_saga::SettingsError),
+    #[error(transparent)]
     Messaging(#[from] sagaworks_outbox::OutboxError),
 }
 
@@ -27,15 +31,21 @@ pub struct Application {
     settings: Settings,
     host: ServiceHost,
     inventory: ResilientChannel,
+    saga: Engine<ClaimUnit>,
 }
 
 impl Application {
     /// Connects, migrates and binds both ports (0 = any free port).
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let migrations = vec![sqlx::migrate!("../../migrations/{{name}}"), sagaworks_outbox::migrator()];
+        let migrations = vec![
+            sqlx::migrate!("../../migrations/{{name}}"),
+            sagaworks_outbox::migrator(),
+            sagaworks_saga::migrator(),
+        ];
         let host = ServiceHost::build(&settings.database, migrations, &settings.grpc, &settings.http).await?;
         let inventory = sagaworks_resilience::channel("inventory", &settings.inventory)?;
-        Ok(Self { settings, host, inventory })
+        let saga = Engine::new(host.pool().clone(), saga::definition(inventory.clone()), settings.saga.clone())?;
+        Ok(Self { settings, host, inventory, saga })
     }
 
     pub fn grpc_port(&self) -> u16 {
@@ -58,11 +68,20 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
         let s = &self.settings;
         let pool = self.host.pool().clone();
-        let routes =
-            tonic::service::Routes::new({{Name}}ServiceServer::new(Items::new(pool.clone(), self.inventory)));
+        let items = Items::new(pool.clone(), self.inventory, self.saga.clone(), shutdown.clone());
+        let routes = tonic::service::Routes::new({{Name}}ServiceServer::new(items));
         let readiness = service::readiness(Readiness::new(), &pool, &s.kafka, &s.outbox)?;
         let mut tasks = service::relay_task(&pool, &s.kafka, &s.outbox, &shutdown)?;
         tasks.push(service::consumer_task(&pool, &s.kafka, &s.consumer, OrderEvents, &shutdown)?);
+        // Resumes sagas whose driver stopped (a crash, a restart, a retry).
+        let saga_worker: Task = Box::pin({
+            let worker = self.saga.run_worker(shutdown.clone());
+            async move {
+                worker.await;
+                Ok(())
+            }
+        });
+        tasks.push(("saga worker", saga_worker));
         Ok(self.host.run(routes, readiness, tasks, shutdown).await?)
     }
 }

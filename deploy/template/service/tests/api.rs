@@ -1,131 +1,15 @@
 //! {{name}} against real infrastructure: a fresh database per service, a real
-//! broker and a real inventory service, all in this process.
+//! broker and a real inventory service, all in this process (`support`).
 
-use sagaworks_config::{KafkaSettings, ListenSettings};
+mod support;
+
 use sagaworks_outbox::{NewEvent, OutboxWriter, Relay, RelaySettings};
-use sagaworks_proto::inventory::v1::CreateProductRequest;
-use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
-use sagaworks_resilience::ClientSettings;
-use sagaworks_test_support::{Broker, TestDatabase, eventually};
-use {{name}}::pb::CreateItemRequest;
-use {{name}}::pb::{{name}}_service_client::{{Name}}ServiceClient;
-use sqlx::PgPool;
+use sagaworks_test_support::{TestDatabase, eventually};
 use std::time::Duration;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use support::{WAIT, spawn_app};
 use tonic::Code;
-use tonic::transport::Channel;
 use uuid::Uuid;
-
-const WAIT: Duration = Duration::from_secs(30);
-
-/// {{Name}} and the inventory it calls, serving until dropped.
-struct TestApp {
-    client: {{Name}}ServiceClient<Channel>,
-    inventory: InventoryServiceClient<Channel>,
-    http: String,
-    pool: PgPool,
-    kafka: KafkaSettings,
-    inventory_stop: CancellationToken,
-    stop: CancellationToken,
-    /// Everything spawned; stopped before the broker and the databases go.
-    tasks: Vec<JoinHandle<()>>,
-    _dbs: (TestDatabase, TestDatabase),
-    _broker: Broker,
-}
-
-impl Drop for TestApp {
-    /// Stops the services while the broker still runs (also when a test fails): a Kafka
-    /// consumer dropped after its broker is gone can block forever in librdkafka's close.
-    fn drop(&mut self) {
-        self.stop.cancel();
-        self.inventory_stop.cancel();
-        let tasks = std::mem::take(&mut self.tasks);
-        tokio::task::block_in_place(|| {
-            tokio::runtime::Handle::current().block_on(async {
-                for task in tasks {
-                    let _ = tokio::time::timeout(WAIT, task).await;
-                }
-            })
-        });
-    }
-}
-
-fn local() -> ListenSettings {
-    ListenSettings::new("127.0.0.1", 0)
-}
-
-async fn spawn_app() -> TestApp {
-    let broker = Broker::start().await;
-    let kafka = broker.kafka_settings();
-
-    let inventory_db = TestDatabase::create("{{name}}_inventory").await;
-    let inventory = inventory::startup::Application::build(inventory::config::Settings {
-        grpc: local(),
-        http: local(),
-        database: inventory_db.settings(),
-        kafka: kafka.clone(),
-        ..Default::default()
-    })
-    .await
-    .expect("inventory starts");
-    let inventory_url = format!("http://127.0.0.1:{}", inventory.grpc_port());
-    let inventory_stop = CancellationToken::new();
-    let inventory_task = tokio::spawn({
-        let stop = inventory_stop.clone();
-        async move { inventory.run_until_stopped(stop).await.expect("inventory runs") }
-    });
-
-    let db = TestDatabase::create("{{name}}").await;
-    let mut downstream = ClientSettings::with_url(&inventory_url);
-    downstream.timeout_ms = 1_000;
-    let settings = {{name}}::config::Settings {
-        grpc: local(),
-        http: local(),
-        database: db.settings(),
-        kafka: kafka.clone(),
-        inventory: downstream,
-        ..Default::default()
-    };
-    let app = {{name}}::startup::Application::build(settings).await.expect("{{name}} starts");
-    let (grpc, http, pool) = (app.grpc_port(), app.http_port(), app.pool().clone());
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let stop = stop.clone();
-        async move { app.run_until_stopped(stop).await.expect("{{name}} runs") }
-    });
-
-    TestApp {
-        client: {{Name}}ServiceClient::connect(format!("http://127.0.0.1:{grpc}")).await.expect("connects"),
-        inventory: InventoryServiceClient::connect(inventory_url).await.expect("connects to inventory"),
-        http: format!("http://127.0.0.1:{http}"),
-        pool,
-        kafka,
-        inventory_stop,
-        stop,
-        tasks: vec![task, inventory_task],
-        _dbs: (db, inventory_db),
-        _broker: broker,
-    }
-}
-
-impl TestApp {
-    async fn product(&self) -> String {
-        let request = CreateProductRequest {
-            sku: format!("SKU-{}", Uuid::new_v4().simple()),
-            name: "Widget".into(),
-            price_cents: 250,
-            initial_stock: 5,
-            id: String::new(),
-            idempotency_key: Uuid::new_v4().to_string(),
-        };
-        self.inventory.clone().create_product(request).await.expect("product created").into_inner().id
-    }
-
-    async fn count(&self, sql: &str) -> i64 {
-        sqlx::query_scalar(sql).fetch_one(&self.pool).await.expect("count")
-    }
-}
+use {{name}}::pb::CreateItemRequest;
 
 // Multi-threaded so that `TestApp`'s drop can wait for the services to stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,20 +37,28 @@ async fn ready_then_create_item_writes_the_item_and_publishes_its_event() {
         .expect("item row");
     assert_eq!((stored.0.to_string(), stored.1.as_str()), (product_id.clone(), "first"));
 
-    let (aggregate_type, event_type, payload): (String, String, Vec<u8>) =
-        sqlx::query_as("SELECT aggregate_type, event_type, payload FROM outbox WHERE aggregate_id = $1")
-            .bind(id.to_string())
-            .fetch_one(&app.pool)
-            .await
-            .expect("exactly one outbox row for the item");
-    assert_eq!((aggregate_type.as_str(), event_type.as_str()), ({{name}}::items::AGGREGATE, "ItemCreated"));
-    let payload: serde_json::Value = serde_json::from_slice(&payload).expect("JSON payload");
+    // Its claim saga reserved one unit at inventory before the answer.
+    assert_eq!(item.status, "ACTIVE");
+    let stock = app.stock(&product_id).await;
+    assert_eq!((stock.available, stock.reserved), (4, 1), "one unit claimed");
+
+    let events: Vec<(String, String, Vec<u8>)> = sqlx::query_as(
+        "SELECT aggregate_type, event_type, payload FROM outbox WHERE aggregate_id = $1 ORDER BY seq",
+    )
+    .bind(id.to_string())
+    .fetch_all(&app.pool)
+    .await
+    .expect("the item's outbox rows");
+    let types: Vec<(&str, &str)> = events.iter().map(|(a, t, _)| (a.as_str(), t.as_str())).collect();
+    let aggregate = {{name}}::items::AGGREGATE;
+    assert_eq!(types, [(aggregate, "ItemCreated"), (aggregate, "ItemActivated")]);
+    let payload: serde_json::Value = serde_json::from_slice(&events[0].2).expect("JSON payload");
     assert_eq!(payload["product_id"], product_id.as_str());
 
-    // The relay runs in the service: the row gets published to the broker.
-    eventually("the relay to publish ItemCreated", WAIT, || async {
+    // The relay runs in the service: the rows get published to the broker.
+    eventually("the relay to publish the item's events", WAIT, || async {
         let published: bool =
-            sqlx::query_scalar("SELECT published_at IS NOT NULL FROM outbox WHERE aggregate_id = $1")
+            sqlx::query_scalar("SELECT bool_and(published_at IS NOT NULL) FROM outbox WHERE aggregate_id = $1")
                 .bind(id.to_string())
                 .fetch_one(&app.pool)
                 .await

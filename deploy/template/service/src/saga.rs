@@ -1,0 +1,127 @@
+//! The example saga this service hosts (replace it with yours): a new item
+//! claims one unit of its product at inventory, then becomes ACTIVE; when
+//! inventory has none left, the item is REJECTED.
+//!
+//! ```text
+//!  reserve_unit ──ok──> activate_item (local pivot) ──> COMPLETED: item ACTIVE, ItemActivated
+//!       │ rejected: REJECTED, ItemRejected
+//!       │ failed (may have reserved) ──> release_unit ──> COMPENSATED: item REJECTED, ItemRejected
+//! ```
+//!
+//! `sagaworks_saga` drives it: leases, crash resume, the step's deadline,
+//! retries, and every transition committed with its writes and events. What
+//! is here is only what is particular to items. To add a step, write an
+//! [`Action`] (and, before the pivot, its [`Compensation`]) and add one line
+//! to [`definition`]; `tests/saga.rs` then runs the new step's fault cases
+//! too (docs/design.md, "Adding a saga step").
+
+use sagaworks_outbox::{NewEvent, OutboxWriter};
+use sagaworks_proto::inventory::v1 as inv;
+use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
+use sagaworks_resilience::ResilientChannel;
+use sagaworks_saga::grpc::{Direction, step_error};
+use sagaworks_saga::{Action, Compensation, Definition, End, Saga, Statement, StepContext, StepError};
+use sagaworks_telemetry::grpc::{ClientTrace, ClientTraceLayer};
+use serde::{Deserialize, Serialize};
+use tower::Layer;
+use uuid::Uuid;
+
+type Inventory = InventoryServiceClient<ClientTrace<ResilientChannel>>;
+
+pub fn definition(inventory: ResilientChannel) -> Definition<ClaimUnit> {
+    let inventory = InventoryServiceClient::new(ClientTraceLayer::default().layer(inventory));
+    Definition::builder(ClaimUnit { outbox: OutboxWriter::new("{{name}}") })
+        .compensatable(ReserveUnit(inventory.clone()), ReleaseUnit(inventory))
+        .pivot(ActivateItem)
+        .build()
+        .expect("the claim saga is well formed")
+}
+
+pub struct ClaimUnit {
+    outbox: OutboxWriter,
+}
+
+/// What an item's claim starts from (persisted with it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClaimInput {
+    pub item_id: Uuid,
+    pub product_id: Uuid,
+}
+
+impl Saga for ClaimUnit {
+    const NAME: &'static str = "claim_unit";
+    type Input = ClaimInput;
+
+    /// The item's status and its event, in the statement that ends the saga.
+    fn on_end(&self, ctx: &StepContext<'_, Self>, end: &End<'_>, w: &mut Statement) -> Result<(), StepError> {
+        let item_id = ctx.input().item_id;
+        let (status, event_type, payload) = match end {
+            End::Completed => ("ACTIVE", "ItemActivated", serde_json::json!({ "item_id": item_id })),
+            End::Compensated { reason } => {
+                ("REJECTED", "ItemRejected", serde_json::json!({ "item_id": item_id, "reason": reason }))
+            }
+        };
+        let (id, status) = (w.bind(item_id), w.bind(status));
+        let guard = w.guard().to_string();
+        w.with("item_end", format!("UPDATE items SET status = {status} FROM {guard} WHERE items.id = {id}"));
+        let event = NewEvent::new(crate::items::AGGREGATE, item_id, event_type, payload)
+            .and_then(|e| self.outbox.pending(e))
+            .map_err(|e| StepError::Failed(e.to_string()))?;
+        w.event(event);
+        Ok(())
+    }
+}
+
+/// One unit of the item's product, held by a reservation named after the saga.
+pub struct ReserveUnit(Inventory);
+
+impl Action<ClaimUnit> for ReserveUnit {
+    const NAME: &'static str = "reserve_unit";
+    type Output = ();
+
+    async fn run(&self, ctx: &StepContext<'_, ClaimUnit>) -> Result<(), StepError> {
+        let input = ctx.input();
+        let request = inv::ReserveStockRequest {
+            idempotency_key: ctx.idempotency_key(),
+            reservation_id: ctx.saga_id().to_string(),
+            order_id: input.item_id.to_string(),
+            items: vec![inv::ReserveItem { product_id: input.product_id.to_string(), quantity: 1 }],
+        };
+        self.0.clone().reserve_stock(request).await.map_err(|s| step_error(Self::NAME, Direction::Forward, &s))?;
+        Ok(())
+    }
+}
+
+pub struct ReleaseUnit(Inventory);
+
+impl Compensation<ClaimUnit> for ReleaseUnit {
+    const NAME: &'static str = "release_unit";
+
+    async fn run(&self, ctx: &StepContext<'_, ClaimUnit>) -> Result<(), StepError> {
+        let request = inv::ReleaseReservationRequest {
+            idempotency_key: ctx.idempotency_key(),
+            reservation_id: ctx.saga_id().to_string(),
+            order_id: ctx.input().item_id.to_string(),
+            reason: ctx.failure_reason().to_string(),
+        };
+        self.0
+            .clone()
+            .release_reservation(request)
+            .await
+            .map_err(|s| step_error(Self::NAME, Direction::Compensation, &s))?;
+        Ok(())
+    }
+}
+
+/// Local: the item's activation is the saga's end ([`ClaimUnit::on_end`]).
+pub struct ActivateItem;
+
+impl Action<ClaimUnit> for ActivateItem {
+    const NAME: &'static str = "activate_item";
+    type Output = ();
+    const LOCAL: bool = true;
+
+    async fn run(&self, _: &StepContext<'_, ClaimUnit>) -> Result<(), StepError> {
+        Ok(())
+    }
+}
