@@ -752,3 +752,105 @@ async fn reservations_are_committed_in_batches_all_or_nothing() {
         assert_eq!(stack.stock(&q.to_string()).await, (11, 5, 4), "nothing of the batch took effect");
     }
 }
+
+/// Sagas of the release before the saga library (tables `sagas` and
+/// `saga_steps`), finished and in flight, move to the library's tables when
+/// the new order service migrates, and the in-flight ones are resumed where
+/// they stood: one mid-saga (reserved, about to be charged, its reservation's
+/// prices read from the migrated data) and one not yet started.
+#[tokio::test]
+async fn sagas_of_the_previous_release_are_migrated_and_resumed() {
+    let mut calls = ForwardCalls::start().await;
+    calls.inventory.reserve_stock(calls.reserve.clone()).await.expect("the old saga's reservation");
+    calls.stack.order.kill();
+    let db = calls.stack.order_db.pool().await;
+    // The order database as the previous release left it.
+    sqlx::raw_sql(
+        "DROP TABLE saga_instance_steps; DROP TABLE saga_instances;
+         DELETE FROM _sqlx_migrations WHERE version IN (20261204000000, 20261204000001);
+         CREATE TABLE sagas (
+             id UUID PRIMARY KEY, order_id UUID NOT NULL UNIQUE REFERENCES orders (id),
+             status TEXT NOT NULL, current_step TEXT NOT NULL, failure_reason TEXT,
+             lease_owner TEXT, lease_expires_at TIMESTAMPTZ, next_attempt_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+             created_at TIMESTAMPTZ NOT NULL DEFAULT now(), updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+             finished_at TIMESTAMPTZ);
+         CREATE TABLE saga_steps (
+             saga_id UUID NOT NULL REFERENCES sagas (id), name TEXT NOT NULL, status TEXT NOT NULL,
+             attempts INT NOT NULL DEFAULT 0, error TEXT, started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+             finished_at TIMESTAMPTZ, PRIMARY KEY (saga_id, name));",
+    )
+    .execute(&db)
+    .await
+    .expect("the previous schema");
+    let customer: uuid::Uuid = calls.customer.parse().unwrap();
+    let product: uuid::Uuid = calls.product.parse().unwrap();
+    let old = |order: uuid::Uuid, status: &'static str, quantity: i64, price: i64, key: &'static str| {
+        let db = db.clone();
+        async move {
+            sqlx::query(
+                "WITH o AS (
+                     INSERT INTO orders (id, customer_id, status, total_cents, idempotency_key, request_hash)
+                     VALUES ($1, $2, $3, $4 * $5, $6, '\\x00') RETURNING id)
+                 INSERT INTO order_items (order_id, product_id, quantity, unit_price_cents)
+                 SELECT id, $7, $4, $5 FROM o",
+            )
+            .bind(order)
+            .bind(customer)
+            .bind(status)
+            .bind(quantity)
+            .bind(price)
+            .bind(key)
+            .bind(product)
+            .execute(&db)
+            .await
+            .expect("an order of the previous release");
+        }
+    };
+    // Reserved (3 units at 100), about to be charged.
+    let (charging, charging_saga) = (calls.order.parse().unwrap(), calls.reserve.reservation_id.clone());
+    old(charging, "PENDING", 3, 100, "old-1").await;
+    // Not started yet.
+    let (fresh, fresh_saga) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    old(fresh, "PENDING", 1, 0, "old-2").await;
+    // Finished long ago (the previous release left current_step at the pivot).
+    let (done, done_saga) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    old(done, "CONFIRMED", 1, 100, "old-3").await;
+    sqlx::raw_sql(&format!(
+        "INSERT INTO sagas (id, order_id, status, current_step) VALUES
+             ('{charging_saga}', '{charging}', 'RUNNING', 'charge_payment'),
+             ('{fresh_saga}', '{fresh}', 'RUNNING', 'reserve_stock'),
+             ('{done_saga}', '{done}', 'COMPLETED', 'charge_payment');
+         INSERT INTO saga_steps (saga_id, name, status, attempts, finished_at) VALUES
+             ('{charging_saga}', 'reserve_stock', 'SUCCEEDED', 1, now()),
+             ('{done_saga}', 'reserve_stock', 'SUCCEEDED', 1, now()),
+             ('{done_saga}', 'charge_payment', 'SUCCEEDED', 1, now()),
+             ('{done_saga}', 'confirm_order', 'SUCCEEDED', 1, now());
+         INSERT INTO saga_steps (saga_id, name, status, attempts) VALUES ('{charging_saga}', 'charge_payment', 'RUNNING', 1);"
+    ))
+    .execute(&db)
+    .await
+    .expect("sagas of the previous release");
+
+    calls.stack.restart_order(|_| {}).await;
+    let stack = &calls.stack;
+    let order = stack.settled(&charging.to_string()).await;
+    assert_eq!(order["status"], "CONFIRMED", "{order}");
+    assert_eq!(order["total_cents"], 300, "{order}");
+    let charge = system_tests::faults::step(&order, "charge_payment").expect("a charge step");
+    assert_eq!(charge["attempts"], 2, "the charge resumed: {order}");
+    let order = stack.settled(&fresh.to_string()).await;
+    assert_eq!(order["status"], "CONFIRMED", "{order}");
+    assert_eq!(order["total_cents"], 100, "{order}");
+    assert_eq!(stack.balance(&calls.customer).await, 1_000 - 400, "charged once each");
+    sagaworks_test_support::eventually(
+        "both reservations committed",
+        std::time::Duration::from_secs(30),
+        || async { (stack.stock(&calls.product).await == (6, 0, 4)).then_some(()) },
+    )
+    .await;
+    let (status, saga) = stack.get(&format!("/v1/sagas/{done_saga}")).await;
+    assert_eq!(status, StatusCode::OK, "{saga}");
+    assert_eq!(saga["status"], "COMPLETED");
+    assert!(saga.get("current_step").is_none(), "finished: {saga}");
+    assert_eq!(saga["steps"].as_array().map(Vec::len), Some(3), "{saga}");
+}
