@@ -24,22 +24,45 @@ CREATE TABLE saga_instances (
     next_attempt_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
     created_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
     updated_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+    -- The last transition (a step's result): an unfinished instance whose
+    -- progressed_at is older than saga.stuck_after_ms counts as stuck.
+    progressed_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
     finished_at      TIMESTAMPTZ,
     UNIQUE (saga_type, key),
     CHECK ((status IN ('COMPLETED', 'COMPENSATED')) = (current_step IS NULL))
 );
 CREATE INDEX saga_instances_runnable ON saga_instances (next_attempt_at) WHERE status IN ('RUNNING', 'COMPENSATING');
+-- Operators list instances newest first (keyset pagination).
+CREATE INDEX saga_instances_newest ON saga_instances (saga_type, created_at DESC, id DESC);
 
 -- One row per step (forward or compensation) of an instance: its latest
 -- status, how many attempts it took, the last error, when its first attempt
--- started (a step's deadline counts from there) and when it finished.
+-- started (a step's deadline counts from there) and when it finished, and the
+-- history of its attempts' outcomes:
+-- [{"attempt", "started_at", "ended_at", "outcome", "error"}, ...].
 CREATE TABLE saga_instance_steps (
-    saga_id     UUID NOT NULL REFERENCES saga_instances (id),
-    name        TEXT NOT NULL,
-    status      TEXT NOT NULL CHECK (status IN ('RUNNING', 'SUCCEEDED', 'FAILED')),
-    attempts    INT  NOT NULL DEFAULT 0,
-    error       TEXT,
-    started_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
-    finished_at TIMESTAMPTZ,
+    saga_id            UUID NOT NULL REFERENCES saga_instances (id),
+    name               TEXT NOT NULL,
+    status             TEXT NOT NULL CHECK (status IN ('RUNNING', 'SUCCEEDED', 'FAILED')),
+    attempts           INT  NOT NULL DEFAULT 0,
+    error              TEXT,
+    started_at         TIMESTAMPTZ NOT NULL DEFAULT now(),
+    attempt_started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    finished_at        TIMESTAMPTZ,
+    history            JSONB NOT NULL DEFAULT '[]',
     PRIMARY KEY (saga_id, name)
+);
+
+-- What operators did to instances (retry now, compensate, resolve), each
+-- committed with its effect; one per instance and idempotency key.
+CREATE TABLE saga_operator_actions (
+    id              BIGSERIAL PRIMARY KEY,
+    saga_id         UUID NOT NULL REFERENCES saga_instances (id),
+    action          TEXT NOT NULL CHECK (action IN ('RETRY', 'COMPENSATE', 'RESOLVE')),
+    step            TEXT NOT NULL,
+    actor           TEXT NOT NULL,
+    reason          TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    at              TIMESTAMPTZ NOT NULL DEFAULT now(),
+    UNIQUE (saga_id, idempotency_key)
 );

@@ -141,6 +141,8 @@ pub(crate) trait ForwardDyn<S: Saga>: Send + Sync {
         output: &serde_json::Value,
         w: &mut Statement,
     ) -> Result<(), StepError>;
+    /// Fails unless `output` decodes as the step's output.
+    fn check(&self, output: &serde_json::Value) -> Result<(), StepError>;
 }
 
 struct Forward<A>(A);
@@ -163,6 +165,12 @@ impl<S: Saga, A: Action<S>> ForwardDyn<S> for Forward<A> {
         let output: A::Output = serde_json::from_value(output.clone())
             .map_err(|e| StepError::Failed(format!("output of {} does not decode: {e}", A::NAME)))?;
         self.0.record(ctx, &output, w)
+    }
+
+    fn check(&self, output: &serde_json::Value) -> Result<(), StepError> {
+        serde_json::from_value::<A::Output>(output.clone())
+            .map(|_| ())
+            .map_err(|e| StepError::Rejected(format!("not an output of {}: {e}", A::NAME)))
     }
 }
 
@@ -238,6 +246,11 @@ impl<S: Saga> Definition<S> {
                 })
                 .collect(),
         }
+    }
+
+    /// The pivot's index.
+    pub(crate) fn pivot(&self) -> usize {
+        self.steps.iter().position(|s| s.kind == StepKind::Pivot).unwrap_or(self.steps.len())
     }
 
     pub(crate) fn position(&self, name: &str) -> Option<Position> {

@@ -35,6 +35,7 @@
 //! instance's `saga` span.
 
 use crate::SagaSettings;
+use crate::admin::Audit;
 use crate::backoff;
 use crate::definition::{Definition, Position, StepKind};
 use crate::faults::{Faults, When};
@@ -54,6 +55,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
+
+/// How often a worker counts stuck instances (the `saga_stuck` gauge).
+const STUCK_COUNT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// The CTE of [`Engine::insert`] that returns the new instance's
 /// `created_at`: a host's statement ends with `SELECT created_at FROM` it.
@@ -120,16 +124,27 @@ struct Data<I> {
 
 /// An instance as its driver knows it: read once, then kept equal to what
 /// each commit wrote.
-struct State<S: Saga> {
-    status: SagaStatus,
-    at: Position,
-    failure_reason: Option<String>,
-    created_at: DateTime<Utc>,
-    input: S::Input,
-    outputs: Map<String, Value>,
+pub(crate) struct State<S: Saga> {
+    pub(crate) status: SagaStatus,
+    pub(crate) at: Position,
+    pub(crate) failure_reason: Option<String>,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) input: S::Input,
+    pub(crate) outputs: Map<String, Value>,
     /// The current step's first attempt and attempts so far, once recorded.
-    step_started_at: Option<DateTime<Utc>>,
-    attempts: Option<i32>,
+    pub(crate) step_started_at: Option<DateTime<Utc>>,
+    pub(crate) attempts: Option<i32>,
+}
+
+impl<S: Saga> State<S> {
+    pub(crate) fn at(&self) -> Position {
+        self.at
+    }
+
+    /// The current step has been attempted (it may have taken effect).
+    pub(crate) fn attempted(&self) -> bool {
+        self.attempts.is_some()
+    }
 }
 
 /// What an instance does after a step's outcome.
@@ -249,6 +264,10 @@ impl<S: Saga> Engine<S> {
                 permits,
             }),
         })
+    }
+
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.inner.pool
     }
 
     pub fn definition(&self) -> &Definition<S> {
@@ -373,6 +392,8 @@ impl<S: Saga> Engine<S> {
     /// call that started it.
     pub async fn run_worker(self, shutdown: CancellationToken) {
         let poll = Duration::from_millis(self.inner.settings.poll_interval_ms.max(10));
+        let stuck_after = Duration::from_millis(self.inner.settings.stuck_after_ms);
+        let mut stuck_counted: Option<Instant> = None;
         let mut running = JoinSet::new();
         loop {
             tokio::select! {
@@ -380,6 +401,13 @@ impl<S: Saga> Engine<S> {
                 _ = tokio::time::sleep(poll) => {}
             }
             while running.try_join_next().is_some() {}
+            if stuck_counted.is_none_or(|at| at.elapsed() >= STUCK_COUNT_INTERVAL) {
+                stuck_counted = Some(Instant::now());
+                match crate::admin::count_stuck(&self.inner.pool, S::NAME, stuck_after).await {
+                    Ok(n) => metrics::gauge!("saga_stuck", "saga" => S::NAME).set(n as f64),
+                    Err(e) => tracing::warn!(saga = S::NAME, error = %e, "cannot count stuck saga instances"),
+                }
+            }
             if self.has_crashed() {
                 continue;
             }
@@ -449,7 +477,7 @@ impl<S: Saga> Engine<S> {
         if self.has_crashed() { Err(DriveError::Crashed(format!("{when:?}:{step}"))) } else { Ok(()) }
     }
 
-    async fn load(&self, id: Uuid) -> Result<State<S>, DriveError> {
+    pub(crate) async fn load(&self, id: Uuid) -> Result<State<S>, DriveError> {
         #[derive(sqlx::FromRow)]
         struct Row {
             status: SagaStatus,
@@ -588,7 +616,7 @@ impl<S: Saga> Engine<S> {
         {
             return Ok(Turn::Carry(output.clone()));
         }
-        let at = self.commit(id, state, outcome, &next, carried).await?;
+        let at = self.commit(id, state, outcome, &next, carried, None).await?;
         self.crash_at(When::AfterCommit, name)?;
         Ok(Turn::Committed(next, at))
     }
@@ -656,7 +684,7 @@ impl<S: Saga> Engine<S> {
              INSERT INTO saga_instance_steps (saga_id, name, status, attempts)
              SELECT id, $4, 'RUNNING', 1 FROM s, {NO_FLUSH_WAIT}
              ON CONFLICT (saga_id, name) DO UPDATE
-                 SET attempts = saga_instance_steps.attempts + 1, status = 'RUNNING'
+                 SET attempts = saga_instance_steps.attempts + 1, status = 'RUNNING', attempt_started_at = now()
              RETURNING attempts, started_at"
         );
         sqlx::query_as(&sql)
@@ -686,14 +714,17 @@ impl<S: Saga> Engine<S> {
 
     /// Commits a step's outcome and the transition `next` in one statement
     /// guarded by the lease, with the host's writes; updates `state` to match
-    /// and returns the commit time.
-    async fn commit(
+    /// and returns the commit time. With `audit` (an operator's action) the
+    /// action is recorded too and the instance is handed back to the worker,
+    /// due at once.
+    pub(crate) async fn commit(
         &self,
         id: Uuid,
         state: &mut State<S>,
         outcome: Result<Value, StepError>,
         next: &Next,
         carried: Option<(usize, Value)>,
+        audit: Option<&Audit<'_>>,
     ) -> Result<DateTime<Utc>, DriveError> {
         let def = &self.inner.definition;
         let name = def.name_at(state.at);
@@ -716,20 +747,29 @@ impl<S: Saga> Engine<S> {
             }
             Next::Compensated => (Some(SagaStatus::Compensated), None, None, true, None, true),
         };
+        let hand_back = audit.is_some() && !finished;
+        let (release, delay) = if hand_back { (true, Some(Duration::ZERO)) } else { (release, delay) };
         // A carried step's result moves the instance to the (local) step
         // that commits it, also when that step is to be retried.
         let current = current.or(if carried.is_some() && !finished { Some(state.at) } else { None });
-        // The outputs this commit adds: the step's (forward, succeeded) and the carried one's.
+        // The outputs this commit adds: the step's (forward, succeeded) and the
+        // carried one's; a null output (a step that returns `()`) is not stored.
         let mut outputs = Map::new();
-        if let Some((i, output)) = &carried {
+        if let Some((i, output)) = &carried
+            && !output.is_null()
+        {
             outputs.insert(def.steps[*i].name.to_string(), output.clone());
         }
-        if let (Position::Forward(_), Ok(output)) = (state.at, &outcome) {
+        if let (Position::Forward(_), Ok(output)) = (state.at, &outcome)
+            && !output.is_null()
+        {
             outputs.insert(name.to_string(), output.clone());
         }
 
         let (pid, powner) = (w.bind(id), w.bind(self.owner().to_string()));
-        let mut set = vec!["updated_at = now()".to_string()];
+        // A retry is no progress: an instance that keeps failing becomes stuck.
+        let progressed = if *next == Next::Retry { "" } else { ", progressed_at = now()" };
+        let mut set = vec![format!("updated_at = now(){progressed}")];
         if let Some(status) = status {
             set.push(format!("status = {}", w.bind(status)));
         }
@@ -780,13 +820,30 @@ impl<S: Saga> Engine<S> {
         };
         let (sname, sstatus, serror) = (w.bind(name), w.bind(step_status), w.bind(error.clone()));
         let finished_at = if step_status == StepStatus::Running { "NULL" } else { "now()" };
+        // `history` keeps the attempts that did not simply succeed (failures,
+        // rejections, operators' actions); a success is the row itself (see
+        // `steps_json`), so the happy path writes no JSON.
+        let (insert_history, update_history) = if outcome.is_err() || audit.is_some() {
+            let outcome = w.bind(audit.map_or(label(&outcome), |a| a.action.outcome()));
+            let existing = ("saga_instance_steps.attempts", "saga_instance_steps.attempt_started_at");
+            (
+                history_entry("1", "now()", &outcome, &serror),
+                format!(
+                    ", history = saga_instance_steps.history || {}",
+                    history_entry(existing.0, existing.1, &outcome, &serror)
+                ),
+            )
+        } else {
+            ("'[]'::jsonb".to_string(), String::new())
+        };
         w.with(
             "saga_done",
             format!(
-                "INSERT INTO saga_instance_steps (saga_id, name, status, attempts, error, finished_at)
-                 SELECT id, {sname}, {sstatus}, 1, {serror}, {finished_at} FROM saga_s
+                "INSERT INTO saga_instance_steps (saga_id, name, status, attempts, error, finished_at, history)
+                 SELECT id, {sname}, {sstatus}, 1, {serror}, {finished_at}, {insert_history} FROM saga_s
                  ON CONFLICT (saga_id, name) DO UPDATE
-                     SET status = EXCLUDED.status, error = EXCLUDED.error, finished_at = EXCLUDED.finished_at"
+                     SET status = EXCLUDED.status, error = EXCLUDED.error,
+                         finished_at = EXCLUDED.finished_at{update_history}"
             ),
         );
         if let Some((i, _)) = &carried {
@@ -801,7 +858,9 @@ impl<S: Saga> Engine<S> {
             );
         }
         // The next step's attempt starts with this commit (a local one needs none).
-        let next_attempt = current.filter(|p| !matches!(p, Position::Forward(j) if def.steps[*j].local));
+        // Handed back: the worker records the attempt when it runs the step.
+        let next_attempt =
+            current.filter(|p| !hand_back && !matches!(p, Position::Forward(j) if def.steps[*j].local));
         if let Some(p) = next_attempt {
             let nname = w.bind(def.name_at(p));
             w.with(
@@ -810,7 +869,7 @@ impl<S: Saga> Engine<S> {
                     "INSERT INTO saga_instance_steps (saga_id, name, status, attempts)
                      SELECT id, {nname}, 'RUNNING', 1 FROM saga_s
                      ON CONFLICT (saga_id, name) DO UPDATE
-                         SET attempts = saga_instance_steps.attempts + 1, status = 'RUNNING'
+                         SET attempts = saga_instance_steps.attempts + 1, status = 'RUNNING', attempt_started_at = now()
                      RETURNING attempts, started_at"
                 ),
             );
@@ -846,6 +905,12 @@ impl<S: Saga> Engine<S> {
                 def.saga.on_end(&ctx, &end, &mut w).map_err(host)?;
             }
         }
+        if let Some(audit) = audit {
+            self.audit(&mut w, id, name, state, audit).map_err(|e| match e {
+                crate::admin::ActionError::Host(e) => host(e),
+                other => host(StepError::Failed(other.to_string())),
+            })?;
+        }
 
         let returning = if next_attempt.is_some() {
             "(SELECT attempts FROM saga_next), (SELECT started_at FROM saga_next)"
@@ -876,6 +941,14 @@ impl<S: Saga> Engine<S> {
         }
         Ok(at)
     }
+}
+
+/// One element of a step's `history` (SQL expressions for its values).
+fn history_entry(attempt: &str, started_at: &str, outcome: &str, error: &str) -> String {
+    format!(
+        "jsonb_build_array(jsonb_build_object('attempt', {attempt}, 'started_at', {started_at}, \
+         'ended_at', now(), 'outcome', {outcome}::text, 'error', {error}::text))"
+    )
 }
 
 /// A commit's time, and the next step's attempts and first start when one starts.

@@ -26,6 +26,8 @@
 //!   to which the host adds its business writes and events.
 //! * [`engine`] — [`Engine`]: starts, drives and resumes instances.
 //! * [`grpc`] — a participant's gRPC status as a [`StepError`].
+//! * [`admin`] — operating instances: listing, stuck detection, and an
+//!   operator's retry now, compensate and resolve.
 //! * [`faults`] — fault injection for tests (off unless configured).
 //! * [`testing`] — the fault matrix generated from a definition's [`Shape`]
 //!   (as `libtest-mimic` trials with the `testing` feature).
@@ -37,6 +39,7 @@
 //! service's `saga` module for a real one and this crate's `tests/example.rs`
 //! for a four-step saga with its generated fault matrix.
 
+pub mod admin;
 pub mod definition;
 pub mod engine;
 pub mod faults;
@@ -54,7 +57,9 @@ pub use engine::{DriveError, Driven, Engine, NEW_INSTANCE, NewInstance, Settings
 pub use settings::SagaSettings;
 pub use statement::Statement;
 pub use step::{Action, Compensation, End, Saga, StepContext, StepError};
-pub use store::{INSTANCE_COLUMNS, InstanceRecord, SagaStatus, StepRecord, StepStatus, steps_json};
+pub use store::{
+    AttemptRecord, INSTANCE_COLUMNS, InstanceRecord, SagaStatus, StepRecord, StepStatus, steps_json,
+};
 
 /// Migrations for `saga_instances` and `saga_instance_steps` (they share
 /// `_sqlx_migrations` with the host's own; see `sagaworks_runtime::db::migrate`).

@@ -22,6 +22,9 @@ pub struct SagaSettings {
     /// The longest a caller that starts an instance waits for it to finish
     /// before answering (the instance goes on regardless).
     pub max_wait_ms: u64,
+    /// An unfinished instance without a transition for this long counts as
+    /// stuck (the `saga_stuck` gauge, `status=stuck` in listings).
+    pub stuck_after_ms: u64,
     /// Fault injection for tests, off (empty) by default: makes this replica
     /// stop dead at a point of a saga, as if the process had been killed
     /// there. `before:<step>`, `after_call:<step>` (the participant did the
@@ -42,6 +45,7 @@ impl Default for SagaSettings {
             retry_base_ms: 100,
             retry_max_ms: 10_000,
             max_wait_ms: 10_000,
+            stuck_after_ms: 300_000,
             crash_point: String::new(),
             faults: String::new(),
         }

@@ -34,6 +34,20 @@ pub trait Saga: Send + Sync + 'static {
     {
         Ok(())
     }
+
+    /// The host's record of an operator's action (e.g. a line in the
+    /// order's timeline), committed with the action. Default: none.
+    fn on_operator_action(
+        &self,
+        _ctx: &StepContext<'_, Self>,
+        _action: &crate::admin::OperatorRecord<'_>,
+        _w: &mut Statement,
+    ) -> Result<(), StepError>
+    where
+        Self: Sized,
+    {
+        Ok(())
+    }
 }
 
 /// How an instance ended.
@@ -149,6 +163,7 @@ impl<'a, S: Saga> StepContext<'a, S> {
 
     /// The output of step `A`, if it succeeded (a compensation runs also for
     /// a step that may have had an effect without answering).
+    /// A step whose output is null (`()`) stores none: `None` for it too.
     pub fn try_output<A: Action<S>>(&self) -> Result<Option<A::Output>, StepError> {
         match self.outputs.get(A::NAME) {
             None => Ok(None),

@@ -101,7 +101,7 @@ text_enum!(SagaStatus { Running, Compensating, Completed, Compensated });
 text_enum!(StepStatus { Running, Succeeded, Failed });
 
 /// One step of an instance, as stored.
-#[derive(Debug, Clone, Serialize, Deserialize, FromRow)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepRecord {
     pub name: String,
     pub status: StepStatus,
@@ -109,6 +109,21 @@ pub struct StepRecord {
     pub error: Option<String>,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// Each attempt's outcome, oldest first (a success is stored as the
+    /// row's status and times, and listed here by [`steps_json`]).
+    #[serde(default)]
+    pub history: Vec<AttemptRecord>,
+}
+
+/// One attempt of a step: when it ran and how it ended (`succeeded`,
+/// `rejected`, `failed`, or an operator's `resolved` / `abandoned`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub attempt: i32,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: DateTime<Utc>,
+    pub outcome: String,
+    pub error: Option<String>,
 }
 
 /// An instance, as stored, with its steps in the order they started.
@@ -121,8 +136,12 @@ pub struct InstanceRecord {
     /// The step that runs next; `None` once the saga has finished.
     pub current_step: Option<String>,
     pub failure_reason: Option<String>,
+    /// The W3C trace context of the call that started it.
+    pub traceparent: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The last transition; see [`crate::admin::StatusFilter::Stuck`].
+    pub progressed_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
     #[sqlx(skip)]
     #[serde(default)]
@@ -130,8 +149,8 @@ pub struct InstanceRecord {
 }
 
 /// The columns of [`InstanceRecord`], for a host's own queries.
-pub const INSTANCE_COLUMNS: &str =
-    "id, saga_type, key, status, current_step, failure_reason, created_at, updated_at, finished_at";
+pub const INSTANCE_COLUMNS: &str = "id, saga_type, key, status, current_step, failure_reason, traceparent, \
+     created_at, updated_at, progressed_at, finished_at";
 
 /// A JSON expression of an instance's steps as [`StepRecord`]s (for
 /// `sqlx::types::Json<Vec<StepRecord>>`), `instance` being the SQL name of
@@ -139,7 +158,12 @@ pub const INSTANCE_COLUMNS: &str =
 pub fn steps_json(instance: &str) -> String {
     format!(
         "(SELECT COALESCE(json_agg(st ORDER BY st.started_at, st.name), '[]')
-          FROM (SELECT name, status, attempts, error, started_at, finished_at
+          FROM (SELECT name, status, attempts, error, started_at, finished_at,
+                       history || CASE WHEN status = 'SUCCEEDED' AND history -> -1 ->> 'outcome' IS DISTINCT FROM 'resolved'
+                                       THEN jsonb_build_array(jsonb_build_object(
+                                                'attempt', attempts, 'started_at', attempt_started_at,
+                                                'ended_at', finished_at, 'outcome', 'succeeded', 'error', NULL))
+                                       ELSE '[]'::jsonb END AS history
                 FROM saga_instance_steps WHERE saga_id = {instance}.id) st)"
     )
 }

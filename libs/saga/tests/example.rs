@@ -14,10 +14,13 @@
 //! definition: its cases came with it.
 
 use sagaworks_outbox::{NewEvent, OutboxWriter};
+use sagaworks_saga::admin::{
+    self, ActionError, ListFilter, Operator, OperatorAction, OperatorRecord, StatusFilter,
+};
 use sagaworks_saga::testing::{self, Case};
 use sagaworks_saga::{
     Action, Compensation, Definition, End, Engine, NEW_INSTANCE, NewInstance, Saga, SagaSettings, SagaStatus,
-    Started, Statement, StepContext, StepError,
+    Started, Statement, StepContext, StepError, StepOptions,
 };
 use sagaworks_test_support::TestDatabase;
 use serde::{Deserialize, Serialize};
@@ -63,6 +66,24 @@ impl Saga for Purchase {
         w.event(event);
         Ok(())
     }
+
+    /// The purchase's log gets a line per operator action.
+    fn on_operator_action(
+        &self,
+        ctx: &StepContext<'_, Self>,
+        action: &OperatorRecord<'_>,
+        w: &mut Statement,
+    ) -> Result<(), StepError> {
+        let line =
+            format!("{} {} by {}: {}", action.action.as_str(), action.step, action.actor, action.reason);
+        let (id, line) = (w.bind(ctx.input().purchase_id), w.bind(line));
+        let guard = w.guard().to_string();
+        w.with(
+            "purchase_log",
+            format!("INSERT INTO purchase_log (purchase_id, line) SELECT {id}, {line} FROM {guard}"),
+        );
+        Ok(())
+    }
 }
 
 /// Participants' effects live in these tables; each key is applied once.
@@ -73,6 +94,7 @@ const SCHEMA: &str = "
     CREATE TABLE wallet (id INT PRIMARY KEY, balance BIGINT NOT NULL CHECK (balance >= 0));
     CREATE TABLE charges (purchase_id UUID PRIMARY KEY, amount BIGINT NOT NULL, refunded BOOLEAN NOT NULL);
     CREATE TABLE shipments (purchase_id UUID PRIMARY KEY);
+    CREATE TABLE purchase_log (purchase_id UUID NOT NULL, line TEXT NOT NULL);
     CREATE TABLE calls (seq BIGSERIAL PRIMARY KEY, step TEXT NOT NULL, purchase_id UUID NOT NULL);
 ";
 
@@ -320,6 +342,8 @@ fn definition(pool: &PgPool) -> Definition<Purchase> {
     Definition::builder(Purchase { outbox: OutboxWriter::new("shop") })
         .compensatable(Reserve(pool.clone()), Release(pool.clone()))
         .pivot_compensatable(Charge(pool.clone()), Refund(pool.clone()))
+        // A charge that may have happened is tried three times before it is refunded.
+        .options(StepOptions::default().max_attempts(3))
         .retriable(Ship(pool.clone()))
         .retriable(Confirm)
         .build()
@@ -457,6 +481,285 @@ async fn run_case(case: Case) -> Result<(), String> {
     Ok(())
 }
 
+/// A saga stuck at `step` under `faults`: the first replica drove it until
+/// `step` failed once (its worker never polls, so nothing runs after that),
+/// then stopped; the backoff is pushed an hour out, as a long one would be.
+/// Returns the purchase, its saga id, and a second replica (no faults) whose
+/// worker runs.
+async fn stuck_at(
+    pool: &PgPool,
+    faults: &str,
+    step: &str,
+    stop: &CancellationToken,
+) -> (Uuid, Uuid, Engine<Purchase>) {
+    let first_stop = CancellationToken::new();
+    let mut faulty = settings();
+    faulty.faults = faults.into();
+    faulty.poll_interval_ms = 3_600_000;
+    let first = Engine::new(pool.clone(), definition(pool), faulty).unwrap();
+    let worker = tokio::spawn(first.clone().run_worker(first_stop.clone()));
+    let purchase = place(&first, pool, 2, &first_stop).await;
+    let saga: Uuid = sqlx::query_scalar("SELECT id FROM saga_instances WHERE key = $1")
+        .bind(purchase.to_string())
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    sagaworks_test_support::eventually("the step to fail", Duration::from_secs(30), || async {
+        let failed: Option<i32> = sqlx::query_scalar(
+            "SELECT attempts FROM saga_instance_steps WHERE saga_id = $1 AND name = $2 AND error IS NOT NULL",
+        )
+        .bind(saga)
+        .bind(step)
+        .fetch_optional(pool)
+        .await
+        .unwrap();
+        failed.map(|_| ())
+    })
+    .await;
+    first_stop.cancel();
+    worker.await.unwrap();
+    let pushed = sqlx::query(
+        "UPDATE saga_instances SET next_attempt_at = now() + interval '1 hour', lease_owner = NULL,
+                lease_expires_at = NULL
+         WHERE id = $1 AND current_step = $2 AND status IN ('RUNNING', 'COMPENSATING')",
+    )
+    .bind(saga)
+    .bind(step)
+    .execute(pool)
+    .await
+    .unwrap();
+    assert_eq!(pushed.rows_affected(), 1, "stuck at {step}");
+    let second = Engine::new(pool.clone(), definition(pool), settings()).unwrap();
+    tokio::spawn(second.clone().run_worker(stop.clone()));
+    (purchase, saga, second)
+}
+
+fn operator(key: &str) -> Operator {
+    Operator { actor: "ops@example".into(), reason: "participant fixed".into(), idempotency_key: key.into() }
+}
+
+async fn finished(pool: &PgPool, saga: Uuid) -> String {
+    sagaworks_test_support::eventually("the saga to finish", Duration::from_secs(30), || async {
+        sqlx::query_scalar::<_, String>(
+            "SELECT status FROM saga_instances WHERE id = $1 AND status IN ('COMPLETED', 'COMPENSATED')",
+        )
+        .bind(saga)
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+    })
+    .await
+}
+
+/// Everything an action may change, to show that a refused one changed nothing.
+async fn snapshot(pool: &PgPool, saga: Uuid) -> String {
+    sqlx::query_scalar(
+        "SELECT row_to_json(i)::text || (SELECT count(*) FROM saga_operator_actions)::text
+                || (SELECT COALESCE(json_agg(st ORDER BY name), '[]')::text
+                    FROM saga_instance_steps st WHERE saga_id = $1)
+                || (SELECT count(*) FROM purchase_log)::text
+         FROM saga_instances i WHERE id = $1",
+    )
+    .bind(saga)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn log(pool: &PgPool, purchase: Uuid) -> Vec<String> {
+    sqlx::query_scalar("SELECT line FROM purchase_log WHERE purchase_id = $1")
+        .bind(purchase)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// (wallet balance, available, reserved).
+async fn money_and_stock(pool: &PgPool) -> (i64, i64, i64) {
+    sqlx::query_as("SELECT (SELECT balance FROM wallet), available, reserved FROM stock")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// The outcome of the last attempt of `step`, as the library reports it.
+async fn last_outcome(pool: &PgPool, saga: Uuid, step: &str) -> Option<String> {
+    let instance = sagaworks_saga::InstanceRecord::load(pool, saga).await.unwrap()?;
+    let step = instance.steps.into_iter().find(|s| s.name == step)?;
+    step.history.last().map(|a| a.outcome.clone())
+}
+
+/// A trial on a fresh shop database, on a runtime of its own.
+fn db_trial<F, Fut>(name: &str, test: F) -> libtest_mimic::Trial
+where
+    F: FnOnce(PgPool, CancellationToken) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    libtest_mimic::Trial::test(name, move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        runtime.block_on(async {
+            let (_database, pool) = shop().await;
+            let stop = CancellationToken::new();
+            test(pool, stop.clone()).await;
+            stop.cancel();
+        });
+        runtime.shutdown_background();
+        Ok(())
+    })
+}
+
+/// Operators' actions on stuck instances (`sagaworks_saga::admin`).
+fn operator_trials() -> Vec<libtest_mimic::Trial> {
+    let resolve_null = || OperatorAction::Resolve { output: serde_json::Value::Null };
+    vec![
+        db_trial("operator::a_stuck_saga_is_listed_retried_now_and_completes", |pool, stop| async move {
+            let (purchase, saga, engine) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
+            let stuck = ListFilter { status: Some(StatusFilter::Stuck), ..Default::default() };
+            let page = admin::list(&pool, "purchase", Duration::ZERO, &stuck).await.unwrap();
+            assert_eq!(page.sagas.len(), 1);
+            let row = &page.sagas[0];
+            assert_eq!((row.instance.id, row.instance.current_step.as_deref()), (saga, Some("ship")));
+            assert_eq!(row.attempts, Some(1), "{row:?}");
+            assert!(row.last_error.as_deref().is_some_and(|e| e.contains("fault injection")), "{row:?}");
+            let page = admin::list(&pool, "purchase", Duration::from_secs(3600), &stuck).await.unwrap();
+            assert!(page.sagas.is_empty(), "not stuck by an hour's threshold");
+
+            let acted = engine.act(saga, OperatorAction::RetryNow, &operator("retry-1")).await.unwrap();
+            assert_eq!((acted.step.as_str(), acted.replayed), ("ship", false));
+            assert_eq!(finished(&pool, saga).await, "COMPLETED");
+            let shipped: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM shipments").fetch_one(&pool).await.unwrap();
+            assert_eq!(shipped, 1);
+            // The same key again: nothing is done twice; under another action it is refused.
+            let again = engine.act(saga, OperatorAction::RetryNow, &operator("retry-1")).await.unwrap();
+            assert!(again.replayed);
+            let other = engine.act(saga, OperatorAction::Compensate, &operator("retry-1")).await;
+            assert!(matches!(&other, Err(ActionError::Conflict(m)) if m.contains("RETRY")), "{other:?}");
+            let recorded = admin::actions(&pool, saga).await.unwrap();
+            assert_eq!(recorded.len(), 1);
+            assert_eq!((recorded[0].action.as_str(), recorded[0].actor.as_str()), ("RETRY", "ops@example"));
+            assert_eq!(log(&pool, purchase).await, ["RETRY ship by ops@example: participant fixed"]);
+        }),
+        db_trial(
+            "operator::compensate_aborts_a_running_saga_and_undoes_what_may_have_happened",
+            move |pool, stop| async move {
+                // The charge "fails" after charging (the first of 3 attempts allowed).
+                let (purchase, saga, engine) = stuck_at(&pool, "fail:charge:1000", "charge", &stop).await;
+                engine.act(saga, OperatorAction::Compensate, &operator("abort-1")).await.unwrap();
+                assert_eq!(finished(&pool, saga).await, "COMPENSATED");
+                assert_eq!(money_and_stock(&pool).await, (CREDIT, STOCK, 0), "refunded and released");
+                let status: String = sqlx::query_scalar("SELECT status FROM purchases WHERE id = $1")
+                    .bind(purchase)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                assert_eq!(status, "CANCELLED");
+                let reason: String =
+                    sqlx::query_scalar("SELECT failure_reason FROM saga_instances WHERE id = $1")
+                        .bind(saga)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                assert_eq!(reason, "compensated by ops@example: participant fixed");
+                assert_eq!(last_outcome(&pool, saga, "charge").await.as_deref(), Some("abandoned"));
+
+                // Finished: every action is refused and changes nothing.
+                let before = snapshot(&pool, saga).await;
+                let actions = [OperatorAction::RetryNow, OperatorAction::Compensate, resolve_null()];
+                for (i, action) in actions.into_iter().enumerate() {
+                    let refused = engine.act(saga, action, &operator(&format!("late-{i}"))).await;
+                    assert!(
+                        matches!(&refused, Err(ActionError::Conflict(m)) if m.contains("has finished")),
+                        "{refused:?}"
+                    );
+                }
+                assert_eq!(snapshot(&pool, saga).await, before);
+            },
+        ),
+        db_trial(
+            "operator::compensate_is_refused_while_compensating_and_past_the_pivot",
+            |pool, stop| async move {
+                let (_, compensating, engine) =
+                    stuck_at(&pool, "late:charge,fail:refund:1000", "refund", &stop).await;
+                let before = snapshot(&pool, compensating).await;
+                let refused = engine.act(compensating, OperatorAction::Compensate, &operator("c-1")).await;
+                assert!(
+                    matches!(&refused, Err(ActionError::Conflict(m)) if m.contains("compensating already")),
+                    "{refused:?}"
+                );
+                assert_eq!(snapshot(&pool, compensating).await, before);
+
+                let (_, shipping, engine) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
+                let before = snapshot(&pool, shipping).await;
+                let refused = engine.act(shipping, OperatorAction::Compensate, &operator("c-2")).await;
+                assert!(
+                    matches!(&refused, Err(ActionError::Conflict(m)) if m.contains("past its pivot")),
+                    "{refused:?}"
+                );
+                assert_eq!(snapshot(&pool, shipping).await, before);
+            },
+        ),
+        db_trial(
+            "operator::resolve_states_a_steps_effect_and_the_saga_goes_on",
+            move |pool, stop| async move {
+                // Stuck refunding; the operator refunded out of band.
+                let (purchase, saga, engine) =
+                    stuck_at(&pool, "late:charge,fail:refund:1000", "refund", &stop).await;
+                engine.act(saga, resolve_null(), &operator("r-1")).await.unwrap();
+                assert_eq!(finished(&pool, saga).await, "COMPENSATED");
+                assert_eq!(log(&pool, purchase).await, ["RESOLVE refund by ops@example: participant fixed"]);
+                assert_eq!(last_outcome(&pool, saga, "refund").await.as_deref(), Some("resolved"));
+                assert_eq!(last_outcome(&pool, saga, "release").await.as_deref(), Some("succeeded"));
+
+                // A forward step resolved with an output of the wrong type is refused.
+                let (_, shipping, engine) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
+                let shipped = || async {
+                    sqlx::query_scalar::<_, i64>("SELECT count(*) FROM shipments")
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap()
+                };
+                let shipped_before = shipped().await;
+                let before = snapshot(&pool, shipping).await;
+                let wrong = OperatorAction::Resolve { output: serde_json::json!({ "tracking": 42 }) };
+                let refused = engine.act(shipping, wrong, &operator("r-2")).await;
+                assert!(
+                    matches!(&refused, Err(ActionError::Invalid(m)) if m.contains("not an output of ship")),
+                    "{refused:?}"
+                );
+                assert_eq!(snapshot(&pool, shipping).await, before);
+                engine.act(shipping, resolve_null(), &operator("r-3")).await.unwrap();
+                assert_eq!(finished(&pool, shipping).await, "COMPLETED");
+                assert_eq!(
+                    shipped().await,
+                    shipped_before,
+                    "shipped out of band: the step did not run again"
+                );
+            },
+        ),
+        db_trial("operator::an_action_never_races_a_live_driver", |pool, stop| async move {
+            let (_, saga, engine) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
+            sqlx::query(
+                "UPDATE saga_instances SET lease_owner = 'elsewhere', lease_expires_at = now() + interval '1 hour'
+                 WHERE id = $1",
+            )
+            .bind(saga)
+            .execute(&pool)
+            .await
+            .unwrap();
+            let before = snapshot(&pool, saga).await;
+            let refused = engine.act(saga, OperatorAction::RetryNow, &operator("busy-1")).await;
+            assert!(matches!(refused, Err(ActionError::Busy { .. })), "{refused:?}");
+            assert_eq!(snapshot(&pool, saga).await, before);
+            let missing = engine.act(Uuid::now_v7(), OperatorAction::RetryNow, &operator("x")).await;
+            assert!(matches!(missing, Err(ActionError::NotFound(_))), "{missing:?}");
+            let blank = Operator { reason: " ".into(), ..operator("busy-2") };
+            let refused = engine.act(saga, OperatorAction::RetryNow, &blank).await;
+            assert!(matches!(refused, Err(ActionError::Invalid(_))), "{refused:?}");
+        }),
+    ]
+}
+
 /// Tests that are not matrix cells.
 fn other_trials() -> Vec<libtest_mimic::Trial> {
     use libtest_mimic::Trial;
@@ -508,5 +811,6 @@ fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = testing::trials("matrix::", &shape(), run_case);
     trials.extend(other_trials());
+    trials.extend(operator_trials());
     libtest_mimic::run(&args, trials).exit();
 }
