@@ -766,7 +766,7 @@ async fn sagas_of_the_previous_release_are_migrated_and_resumed() {
     let db = calls.stack.order_db.pool().await;
     // The order database as the previous release left it.
     sqlx::raw_sql(
-        "DROP TABLE saga_instance_steps; DROP TABLE saga_instances;
+        "DROP TABLE saga_operator_actions; DROP TABLE saga_instance_steps; DROP TABLE saga_instances;
          DELETE FROM _sqlx_migrations WHERE version IN (20261204000000, 20261204000001);
          CREATE TABLE sagas (
              id UUID PRIMARY KEY, order_id UUID NOT NULL UNIQUE REFERENCES orders (id),

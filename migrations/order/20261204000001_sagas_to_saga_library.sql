@@ -4,9 +4,11 @@
 -- come along: an in-flight one is resumed by the new engine where it stood.
 --
 -- `data` is the saga's typed input and the outputs of its steps that
--- succeeded, in the shapes of `order::saga` (OrderInput, Reserved).
+-- succeeded, in the shapes of `order::saga` (OrderInput, Reserved; the other
+-- steps' outputs are null, which is not stored).
 INSERT INTO saga_instances (id, saga_type, key, status, current_step, data, failure_reason, traceparent,
-                            lease_owner, lease_expires_at, next_attempt_at, created_at, updated_at, finished_at)
+                            lease_owner, lease_expires_at, next_attempt_at, created_at, updated_at, progressed_at,
+                            finished_at)
 SELECT s.id, 'place_order', s.order_id::text, s.status,
        CASE WHEN s.status IN ('COMPLETED', 'COMPENSATED') THEN NULL ELSE s.current_step END,
        jsonb_build_object(
@@ -25,17 +27,13 @@ SELECT s.id, 'place_order', s.order_id::text, s.status,
                         'prices', (SELECT COALESCE(jsonb_agg(jsonb_build_array(i.product_id, i.unit_price_cents)
                                                              ORDER BY i.product_id), '[]')
                                    FROM order_items i WHERE i.order_id = o.id))
-               END))
-               -- A succeeded charge was committed with confirm_order (one statement), so
-               -- a saga at confirm_order has the charge's (empty) output.
-               || CASE WHEN s.current_step = 'confirm_order' THEN '{"charge_payment": null}'::jsonb
-                       ELSE '{}'::jsonb END),
+               END))),
        s.failure_reason, o.traceparent, s.lease_owner, s.lease_expires_at, s.next_attempt_at,
-       s.created_at, s.updated_at, s.finished_at
+       s.created_at, s.updated_at, s.updated_at, s.finished_at
 FROM sagas s JOIN orders o ON o.id = s.order_id;
 
-INSERT INTO saga_instance_steps (saga_id, name, status, attempts, error, started_at, finished_at)
-SELECT saga_id, name, status, attempts, error, started_at, finished_at FROM saga_steps;
+INSERT INTO saga_instance_steps (saga_id, name, status, attempts, error, started_at, attempt_started_at, finished_at)
+SELECT saga_id, name, status, attempts, error, started_at, started_at, finished_at FROM saga_steps;
 
 DROP TABLE saga_steps;
 DROP TABLE sagas;

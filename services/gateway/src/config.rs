@@ -46,11 +46,18 @@ pub struct ApiSettings {
     pub order_wait_ms: u32,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
+    /// A trace in the tracing UI (Jaeger), `{trace_id}` replaced: the admin
+    /// saga view links to it.
+    pub trace_url: String,
 }
 
 impl Default for ApiSettings {
     fn default() -> Self {
-        Self { order_wait_ms: 5_000, max_body_bytes: 64 * 1024 }
+        Self {
+            order_wait_ms: 5_000,
+            max_body_bytes: 64 * 1024,
+            trace_url: "http://127.0.0.1:16686/trace/{trace_id}".into(),
+        }
     }
 }
 

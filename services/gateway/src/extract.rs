@@ -72,6 +72,16 @@ impl IdempotencyKey {
         self.0.unwrap_or_else(generated)
     }
 
+    /// The key as sent; a 422 without one (an action that must not run twice).
+    pub fn required(self) -> Result<String, crate::error::ApiError> {
+        self.0.ok_or_else(|| {
+            crate::error::ApiError::invalid(
+                "Idempotency-Key",
+                "this operation needs an Idempotency-Key header",
+            )
+        })
+    }
+
     /// The key scoped to `operation` (`create-product:<key>`): one key
     /// reused on two endpoints means two requests, not a conflict; a fresh
     /// one of the gateway's own without it.

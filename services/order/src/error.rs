@@ -17,6 +17,9 @@ pub enum Error {
     /// The saga's input could not be stored.
     #[error("saga: {0}")]
     Saga(String),
+    /// An operator's action on a saga was refused.
+    #[error(transparent)]
+    Action(#[from] sagaworks_saga::admin::ActionError),
     #[error(transparent)]
     Outbox(#[from] sagaworks_outbox::OutboxError),
     #[error(transparent)]
@@ -31,6 +34,20 @@ impl From<Error> for Status {
             Error::KeyReused => sagaworks_errors::status::invalid_argument("idempotency_key", e.to_string()),
             Error::Outbox(e) => e.into(),
             Error::Saga(e) => Status::internal(e),
+            Error::Action(e) => {
+                use sagaworks_saga::admin::ActionError;
+                match e {
+                    ActionError::NotFound(_) => Status::not_found(e.to_string()),
+                    ActionError::Conflict(_) | ActionError::Busy { .. } => {
+                        Status::failed_precondition(e.to_string())
+                    }
+                    ActionError::Invalid(_) => {
+                        sagaworks_errors::status::invalid_argument("output", e.to_string())
+                    }
+                    ActionError::Db(db) => db_status(db),
+                    ActionError::Host(_) => Status::internal(e.to_string()),
+                }
+            }
             Error::Db(db) => db_status(db),
         }
     }

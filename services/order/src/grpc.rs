@@ -4,12 +4,16 @@
 use crate::error::{Error, Result};
 use crate::orders::{self, Created, NewOrder, Order, TimelineEntry};
 use crate::saga::PlaceOrder;
+use sagaworks_errors::status::invalid_argument;
 use sagaworks_errors::validate::{order_lines, text, uuid};
 use sagaworks_outbox::OutboxWriter;
 use sagaworks_proto::order::v1 as pb;
 use sagaworks_proto::order::v1::order_service_server::OrderService;
 use sagaworks_proto::timestamp;
-use sagaworks_saga::{Engine, InstanceRecord, Started};
+use sagaworks_saga::admin::{
+    self, ActionRecord, Cursor, ListFilter, Operator, OperatorAction, StatusFilter, Summary,
+};
+use sagaworks_saga::{Engine, InstanceRecord, Saga, Started};
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use std::time::Duration;
@@ -32,6 +36,15 @@ impl Orders {
         Self { pool, outbox: OutboxWriter::new("order"), saga, shutdown }
     }
 
+    /// A saga with its operators' actions.
+    async fn saga_view(&self, saga_id: uuid::Uuid) -> Result<pb::Saga> {
+        let mut conn = self.pool.acquire().await?;
+        let saga = orders::saga(&mut conn, saga_id).await?;
+        drop(conn);
+        let actions = admin::actions(&self.pool, saga_id).await?;
+        Ok(pb::Saga { actions: actions.into_iter().map(action_pb).collect(), ..saga_pb(saga) })
+    }
+
     async fn view(&self, order_id: uuid::Uuid) -> Result<pb::Order> {
         let mut conn = self.pool.acquire().await?;
         let view = orders::view(&mut conn, order_id).await?;
@@ -50,8 +63,42 @@ fn request_hash(new_customer: uuid::Uuid, lines: &std::collections::BTreeMap<uui
     h.finalize().to_vec()
 }
 
+/// The trace id in a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`).
+fn trace_id(traceparent: Option<&str>) -> String {
+    traceparent.and_then(|t| t.split('-').nth(1)).unwrap_or_default().to_string()
+}
+
+fn summary_pb(s: Summary) -> pb::SagaSummary {
+    let i = s.instance;
+    pb::SagaSummary {
+        saga_id: i.id.to_string(),
+        trace_id: trace_id(i.traceparent.as_deref()),
+        order_id: i.key,
+        status: i.status.to_string(),
+        current_step: i.current_step.unwrap_or_default(),
+        attempts: s.attempts.unwrap_or(0).max(0) as u32,
+        last_error: s.last_error.unwrap_or_default(),
+        created_at: Some(timestamp(i.created_at)),
+        progressed_at: Some(timestamp(i.progressed_at)),
+        failure_reason: i.failure_reason.unwrap_or_default(),
+    }
+}
+
+fn action_pb(a: ActionRecord) -> pb::SagaOperatorAction {
+    pb::SagaOperatorAction {
+        action: a.action,
+        step: a.step,
+        actor: a.actor,
+        reason: a.reason,
+        at: Some(timestamp(a.at)),
+    }
+}
+
 fn saga_pb(s: InstanceRecord) -> pb::Saga {
     pb::Saga {
+        trace_id: trace_id(s.traceparent.as_deref()),
+        progressed_at: Some(timestamp(s.progressed_at)),
+        actions: Vec::new(),
         saga_id: s.id.to_string(),
         // The order saga's business key is its order's id.
         order_id: s.key,
@@ -68,6 +115,17 @@ fn saga_pb(s: InstanceRecord) -> pb::Saga {
                 error: st.error.unwrap_or_default(),
                 started_at: Some(timestamp(st.started_at)),
                 finished_at: st.finished_at.map(timestamp),
+                history: st
+                    .history
+                    .into_iter()
+                    .map(|a| pb::SagaAttempt {
+                        attempt: a.attempt.max(0) as u32,
+                        started_at: Some(timestamp(a.started_at)),
+                        ended_at: Some(timestamp(a.ended_at)),
+                        outcome: a.outcome,
+                        error: a.error.unwrap_or_default(),
+                    })
+                    .collect(),
             })
             .collect(),
         failure_reason: s.failure_reason.unwrap_or_default(),
@@ -181,7 +239,78 @@ impl OrderService for Orders {
 
     async fn get_saga(&self, request: Request<pb::GetSagaRequest>) -> Result<Response<pb::Saga>, Status> {
         let id = uuid("saga_id", &request.get_ref().saga_id)?;
-        let mut conn = self.pool.acquire().await.map_err(Error::from)?;
-        Ok(Response::new(saga_pb(orders::saga(&mut conn, id).await?)))
+        Ok(Response::new(self.saga_view(id).await?))
+    }
+
+    async fn list_sagas(
+        &self,
+        request: Request<pb::ListSagasRequest>,
+    ) -> Result<Response<pb::ListSagasResponse>, Status> {
+        let r = request.into_inner();
+        let status = match r.status.as_str() {
+            "" => None,
+            s => Some(s.parse::<StatusFilter>().map_err(|e| invalid_argument("status", e))?),
+        };
+        let after = match r.cursor.as_str() {
+            "" => None,
+            c => Some(c.parse::<Cursor>().map_err(|e| invalid_argument("cursor", e))?),
+        };
+        let keys = match r.customer_id.as_str() {
+            "" => None,
+            c => Some(orders::ids_of_customer(&self.pool, uuid("customer_id", c)?).await?),
+        };
+        let filter = ListFilter {
+            status,
+            step: (!r.step.is_empty()).then(|| r.step.clone()),
+            older_than: (r.older_than_secs > 0).then(|| Duration::from_secs(r.older_than_secs)),
+            keys,
+            after,
+            limit: r.limit,
+        };
+        let stuck_after = Duration::from_millis(self.saga.settings().stuck_after_ms);
+        let page =
+            admin::list(&self.pool, PlaceOrder::NAME, stuck_after, &filter).await.map_err(Error::from)?;
+        Ok(Response::new(pb::ListSagasResponse {
+            sagas: page.sagas.into_iter().map(summary_pb).collect(),
+            next_cursor: page.next.map(|c| c.to_string()).unwrap_or_default(),
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(saga.id = %request.get_ref().saga_id, action = %request.get_ref().action))]
+    async fn act_on_saga(
+        &self,
+        request: Request<pb::ActOnSagaRequest>,
+    ) -> Result<Response<pb::ActOnSagaResponse>, Status> {
+        let r = request.into_inner();
+        let id = uuid("saga_id", &r.saga_id)?;
+        let action = match r.action.as_str() {
+            "retry" => OperatorAction::RetryNow,
+            "compensate" => OperatorAction::Compensate,
+            "resolve" => OperatorAction::Resolve {
+                output: match r.output_json.trim() {
+                    "" => serde_json::Value::Null,
+                    json => serde_json::from_str(json)
+                        .map_err(|e| invalid_argument("output", format!("not JSON: {e}")))?,
+                },
+            },
+            other => {
+                return Err(invalid_argument(
+                    "action",
+                    format!("{other:?} is not retry, compensate or resolve"),
+                ));
+            }
+        };
+        let operator = Operator {
+            actor: text("actor", &r.actor, 200)?,
+            reason: text("reason", &r.reason, 1000)?,
+            idempotency_key: text("idempotency_key", &r.idempotency_key, 200)?,
+        };
+        let acted = self.saga.act(id, action, &operator).await.map_err(Error::from)?;
+        let saga = self.saga_view(id).await?;
+        Ok(Response::new(pb::ActOnSagaResponse {
+            saga: Some(saga),
+            step: acted.step,
+            replayed: acted.replayed,
+        }))
     }
 }

@@ -205,6 +205,16 @@ pub async fn list(conn: &mut PgConnection, customer_id: Uuid, limit: i64) -> Res
     Ok(orders)
 }
 
+/// The ids of a customer's orders (newest first, at most 10 000), as saga keys.
+pub async fn ids_of_customer(pool: &sqlx::PgPool, customer_id: Uuid) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(
+        "SELECT id::text FROM orders WHERE customer_id = $1 ORDER BY created_at DESC LIMIT 10000",
+    )
+    .bind(customer_id)
+    .fetch_all(pool)
+    .await?)
+}
+
 /// An order's saga by the saga's id.
 pub async fn saga(conn: &mut PgConnection, saga_id: Uuid) -> Result<InstanceRecord> {
     match InstanceRecord::load(&mut *conn, saga_id).await? {

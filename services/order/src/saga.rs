@@ -20,6 +20,7 @@ use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceCl
 use sagaworks_proto::payment::v1 as pay;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use sagaworks_resilience::ResilientChannel;
+use sagaworks_saga::admin::{ActionKind, OperatorRecord};
 use sagaworks_saga::grpc::{Direction, step_error};
 use sagaworks_saga::{Action, Compensation, Definition, End, Saga, Statement, StepContext, StepError};
 use sagaworks_telemetry::grpc::{ClientTrace, ClientTraceLayer};
@@ -95,6 +96,31 @@ impl Saga for PlaceOrder {
             .and_then(|e| self.outbox.pending(e))
             .map_err(|e| StepError::Failed(e.to_string()))?;
         w.event(event);
+        Ok(())
+    }
+
+    /// An operator's action shows in the order's timeline (source `operator:<who>`).
+    fn on_operator_action(
+        &self,
+        ctx: &StepContext<'_, Self>,
+        action: &OperatorRecord<'_>,
+        w: &mut Statement,
+    ) -> Result<(), StepError> {
+        let event_type = match action.action {
+            ActionKind::Retry => "SagaRetriedByOperator",
+            ActionKind::Compensate => "SagaCompensatedByOperator",
+            ActionKind::Resolve => "SagaStepResolvedByOperator",
+        };
+        let (order, event) = (w.bind(ctx.input().order_id), w.bind(Uuid::now_v7()));
+        let (event_type, source) = (w.bind(event_type), w.bind(format!("operator:{}", action.actor)));
+        let guard = w.guard().to_string();
+        w.with(
+            "order_timeline_action",
+            format!(
+                "INSERT INTO order_timeline (order_id, event_id, event_type, source, occurred_at)
+                 SELECT {order}, {event}, {event_type}, {source}, now() FROM {guard}"
+            ),
+        );
         Ok(())
     }
 }

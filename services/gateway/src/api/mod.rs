@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod orders;
+pub mod sagas;
 
 use crate::auth::Authenticator;
 use crate::config::ApiSettings;
@@ -45,6 +46,7 @@ pub struct AppState {
         orders::create_order, orders::get_order, orders::list_orders, orders::get_saga,
         admin::create_product, admin::get_product, admin::list_products, admin::add_stock,
         admin::create_customer, admin::get_customer, admin::add_credit,
+        sagas::list_sagas, sagas::get_saga, sagas::retry, sagas::compensate, sagas::resolve,
     ),
     components(schemas(sagaworks_errors::Problem, sagaworks_errors::FieldError)),
     modifiers(&Security),
@@ -52,6 +54,7 @@ pub struct AppState {
     tags(
         (name = "orders", description = "Customers: their own orders (token `sub` = customer id); admins: all"),
         (name = "admin", description = "Needs the admin role in the token's `roles` claim"),
+        (name = "operations", description = "Operating sagas (admin role): find stuck ones, see why, retry, compensate or resolve"),
     )
 )]
 pub struct ApiDoc;
@@ -137,6 +140,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/customers", post(admin::create_customer))
         .route("/v1/customers/{customer_id}", get(admin::get_customer))
         .route("/v1/customers/{customer_id}/credit", post(admin::add_credit))
+        .route("/v1/admin/sagas", get(sagas::list_sagas))
+        .route("/v1/admin/sagas/{saga_id}", get(sagas::get_saga))
+        .route("/v1/admin/sagas/{saga_id}/retry", post(sagas::retry))
+        .route("/v1/admin/sagas/{saga_id}/compensate", post(sagas::compensate))
+        .route("/v1/admin/sagas/{saga_id}/resolve", post(sagas::resolve))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::guard));
     Router::new()
         .merge(guarded)
@@ -156,7 +164,7 @@ mod tests {
         assert_eq!(doc["components"]["securitySchemes"]["bearerAuth"]["scheme"], "bearer");
         assert_eq!(doc["security"][0]["bearerAuth"], serde_json::json!([]));
         let paths = doc["paths"].as_object().unwrap();
-        assert_eq!(paths.len(), 9);
+        assert_eq!(paths.len(), 14);
         for (path, item) in paths {
             for (method, op) in item.as_object().unwrap() {
                 for code in ["401", "403", "429", "503"] {

@@ -1,0 +1,309 @@
+//! Operating sagas through the gateway's admin API (`/v1/admin/sagas`):
+//! finding stuck sagas, and an operator's retry now, compensate and resolve,
+//! against the whole system.
+//!
+//! A saga is made stuck as it would be in production: its replica stops
+//! dead mid-saga (or a participant does not answer), and its next attempt is
+//! far away, as after a long backoff (set in order's database: the tests
+//! must not wait for a real backoff).
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::time::Duration;
+use system_tests::{Stack, auth, faults};
+
+/// Stuck after this long without progress (the order service's `saga.stuck_after_ms`).
+const STUCK_AFTER_MS: u64 = 200;
+
+/// Moves the saga of `order_id` an hour into the future, unleased: nobody
+/// drives it until an operator acts.
+async fn park(stack: &Stack, order_id: &str) -> String {
+    let db = stack.order_db.pool().await;
+    sqlx::query_scalar(
+        "UPDATE saga_instances SET next_attempt_at = now() + interval '1 hour', lease_owner = NULL,
+                lease_expires_at = NULL
+         WHERE key = $1 AND status IN ('RUNNING', 'COMPENSATING') RETURNING id::text",
+    )
+    .bind(order_id)
+    .fetch_one(&db)
+    .await
+    .expect("an unfinished saga")
+}
+
+/// A saga stopped dead before `charge_payment` (stock reserved), parked;
+/// the order service restarted without faults. Returns the stack, the
+/// product, the customer (1 000 cents, buying 2 x 100) and the order.
+async fn stuck_before_charge() -> (Stack, String, String, String) {
+    let mut stack = Stack::start_with(|s| s.saga.crash_point = "before:charge_payment".into()).await;
+    let product = stack.product(100, 10).await;
+    let customer = stack.customer(1_000).await;
+    let (_, order) = stack.place(&customer, &product, 2).await;
+    assert_eq!(order["status"], "PENDING", "{order}");
+    let order_id = order["order_id"].as_str().unwrap().to_string();
+    stack.order.kill();
+    park(&stack, &order_id).await;
+    stack.restart_order(|s| s.saga.stuck_after_ms = STUCK_AFTER_MS).await;
+    (stack, product, customer, order_id)
+}
+
+async fn post(stack: &Stack, path: &str, key: Option<&str>, body: Value) -> (StatusCode, Value) {
+    let mut req = stack.http.post(stack.url(path)).json(&body);
+    if let Some(key) = key {
+        req = req.header("Idempotency-Key", key);
+    }
+    let res = req.send().await.expect("gateway answers");
+    (res.status(), res.json().await.unwrap_or(Value::Null))
+}
+
+async fn stuck_sagas(stack: &Stack) -> Vec<Value> {
+    let (status, page) = stack.get("/v1/admin/sagas?status=stuck").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    page["sagas"].as_array().cloned().unwrap_or_default()
+}
+
+async fn timeline(stack: &Stack, order_id: &str) -> Vec<(String, String)> {
+    let (_, order) = stack.get(&format!("/v1/orders/{order_id}")).await;
+    order["timeline"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .map(|e| (e["event_type"].as_str().unwrap().into(), e["source"].as_str().unwrap().into()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Everything an admin route may change, for "nothing changed" checks.
+async fn order_db_state(stack: &Stack, saga_id: &str) -> String {
+    let db = stack.order_db.pool().await;
+    sqlx::query_scalar(
+        "SELECT row_to_json(i)::text || (SELECT count(*) FROM saga_operator_actions)::text
+                || (SELECT count(*) FROM order_timeline)::text
+         FROM saga_instances i WHERE id = $1::uuid",
+    )
+    .bind(saga_id)
+    .fetch_one(&db)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_stuck_saga_is_found_and_retried_now_to_confirmed() {
+    let (stack, product, customer, order_id) = stuck_before_charge().await;
+    let stuck =
+        sagaworks_test_support::eventually("the saga to count as stuck", Duration::from_secs(20), || async {
+            let sagas = stuck_sagas(&stack).await;
+            (sagas.len() == 1).then(|| sagas[0].clone())
+        })
+        .await;
+    assert_eq!(stuck["order_id"], order_id.as_str(), "{stuck}");
+    assert_eq!(stuck["status"], "RUNNING");
+    assert_eq!(stuck["current_step"], "charge_payment");
+    assert!(stuck["idle_secs"].is_number() && stuck["age_secs"].is_number(), "{stuck}");
+    let saga_id = stuck["saga_id"].as_str().unwrap().to_string();
+    // The gauge counts it too.
+    sagaworks_test_support::eventually("saga_stuck on /metrics", Duration::from_secs(20), || async {
+        let text = faults::metrics(stack.order.http_port).await;
+        (faults::sample(&text, "saga_stuck{saga=\"place_order\"}") == Some(1.0)).then_some(())
+    })
+    .await;
+    let (_, running) = stack.get("/v1/admin/sagas?status=RUNNING&step=charge_payment").await;
+    assert_eq!(running["sagas"].as_array().map(Vec::len), Some(1), "{running}");
+    let (_, done) = stack.get("/v1/admin/sagas?status=COMPLETED").await;
+    assert_eq!(done["sagas"].as_array().map(Vec::len), Some(0), "{done}");
+
+    // Without an Idempotency-Key an action is refused, and nothing changes.
+    let before = order_db_state(&stack, &saga_id).await;
+    let path = format!("/v1/admin/sagas/{saga_id}/retry");
+    let (status, problem) = post(&stack, &path, None, json!({ "reason": "payment is back" })).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(order_db_state(&stack, &saga_id).await, before);
+
+    let (status, acted) = post(&stack, &path, Some("retry-1"), json!({ "reason": "payment is back" })).await;
+    assert_eq!(status, StatusCode::OK, "{acted}");
+    assert_eq!((acted["step"].as_str(), acted["replayed"].as_bool()), (Some("charge_payment"), Some(false)));
+    let order = stack.settled(&order_id).await;
+    assert_eq!(order["status"], "CONFIRMED", "{order}");
+    assert_eq!(stack.balance(&customer).await, 800, "charged once");
+    sagaworks_test_support::eventually("stock at rest", Duration::from_secs(30), || async {
+        (stack.stock(&product).await == (8, 0, 2)).then_some(())
+    })
+    .await;
+
+    // The action is in the audit and in the order's timeline; a repeat changes nothing.
+    let (_, detail) = stack.get(&format!("/v1/admin/sagas/{saga_id}")).await;
+    let actions = detail["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 1, "{detail}");
+    assert_eq!(
+        (actions[0]["action"].as_str(), actions[0]["step"].as_str()),
+        (Some("RETRY"), Some("charge_payment"))
+    );
+    assert_eq!(actions[0]["actor"], "test-admin", "the admin token's subject");
+    assert_eq!(actions[0]["reason"], "payment is back");
+    let charge = detail["steps"].as_array().unwrap().iter().find(|s| s["name"] == "charge_payment").unwrap();
+    assert_eq!(charge["history"].as_array().unwrap().last().unwrap()["outcome"], "succeeded", "{detail}");
+    assert!(
+        timeline(&stack, &order_id)
+            .await
+            .contains(&("SagaRetriedByOperator".into(), "operator:test-admin".into())),
+        "the timeline shows the action"
+    );
+    let (status, again) = post(&stack, &path, Some("retry-1"), json!({ "reason": "payment is back" })).await;
+    assert_eq!((status, again["replayed"].as_bool()), (StatusCode::OK, Some(true)), "{again}");
+    assert_eq!(stack.balance(&customer).await, 800);
+}
+
+#[tokio::test]
+async fn compensate_aborts_a_stuck_saga_and_restores_stock_and_money() {
+    let (stack, product, customer, order_id) = stuck_before_charge().await;
+    let (_, page) = stack.get(&format!("/v1/admin/sagas?customer_id={customer}")).await;
+    let saga_id = page["sagas"][0]["saga_id"].as_str().expect("the customer's saga").to_string();
+    let path = format!("/v1/admin/sagas/{saga_id}/compensate");
+    let (status, acted) =
+        post(&stack, &path, Some("abort-1"), json!({ "reason": "customer asked to cancel" })).await;
+    assert_eq!(status, StatusCode::OK, "{acted}");
+    let order = stack.settled(&order_id).await;
+    assert_eq!(order["status"], "CANCELLED", "{order}");
+    assert_eq!(order["failure_reason"], "compensated by test-admin: customer asked to cancel");
+    let names: Vec<String> = system_tests::steps(&order).into_iter().map(|(n, _)| n).collect();
+    assert!(names.contains(&"refund_payment".into()) && names.contains(&"release_stock".into()), "{order}");
+    assert_eq!(stack.balance(&customer).await, 1_000, "nothing charged");
+    assert_eq!(stack.stock(&product).await, (10, 0, 0), "stock released");
+    assert!(
+        timeline(&stack, &order_id)
+            .await
+            .contains(&("SagaCompensatedByOperator".into(), "operator:test-admin".into()))
+    );
+
+    // Finished: every action is a 409 with the reason, and nothing changes.
+    let before = order_db_state(&stack, &saga_id).await;
+    for action in ["retry", "compensate", "resolve"] {
+        let path = format!("/v1/admin/sagas/{saga_id}/{action}");
+        let (status, problem) =
+            post(&stack, &path, Some(&format!("late-{action}")), json!({ "reason": "late" })).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{action}: {problem}");
+        assert!(problem["detail"].as_str().unwrap_or_default().contains("has finished"), "{problem}");
+    }
+    assert_eq!(order_db_state(&stack, &saga_id).await, before);
+}
+
+/// A charge that was never answered is being refunded while payment is
+/// unreachable: the saga is stuck compensating. Compensating again is a 409;
+/// the operator, having refunded out of band, resolves the refund, and the
+/// saga goes on to release the stock.
+#[tokio::test]
+async fn resolve_lets_a_stuck_compensation_go_on() {
+    let blackhole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", blackhole.local_addr().unwrap());
+    let _held = tokio::spawn(async move {
+        let mut conns = vec![];
+        while let Ok((c, _)) = blackhole.accept().await {
+            conns.push(c);
+        }
+    });
+    let mut stack = Stack::start_with(|s| {
+        s.payment = system_tests::client(&url);
+        s.payment.timeout_ms = 300;
+    })
+    .await;
+    let product = stack.product(100, 5).await;
+    let customer = stack.customer(1_000).await;
+    let (_, order) = stack.place(&customer, &product, 1).await;
+    let order_id = order["order_id"].as_str().unwrap().to_string();
+    sagaworks_test_support::eventually("the refund to fail", Duration::from_secs(30), || async {
+        let (_, o) = stack.get(&format!("/v1/orders/{order_id}")).await;
+        faults::step(&o, "refund_payment").is_some_and(|s| s["error"].is_string()).then_some(())
+    })
+    .await;
+    stack.order.kill();
+    let saga_id = park(&stack, &order_id).await;
+    // Payment stays unreachable.
+    stack
+        .restart_order(|s| {
+            s.payment = system_tests::client(&url);
+            s.payment.timeout_ms = 300;
+            s.saga.stuck_after_ms = STUCK_AFTER_MS;
+        })
+        .await;
+
+    let stuck = sagaworks_test_support::eventually("stuck", Duration::from_secs(20), || async {
+        let sagas = stuck_sagas(&stack).await;
+        (sagas.len() == 1).then(|| sagas[0].clone())
+    })
+    .await;
+    assert_eq!(
+        (stuck["status"].as_str(), stuck["current_step"].as_str()),
+        (Some("COMPENSATING"), Some("refund_payment"))
+    );
+    assert!(stuck["last_error"].as_str().unwrap_or_default().contains("refund_payment"), "{stuck}");
+
+    let before = order_db_state(&stack, &saga_id).await;
+    let path = |action: &str| format!("/v1/admin/sagas/{saga_id}/{action}");
+    let (status, problem) =
+        post(&stack, &path("compensate"), Some("c-1"), json!({ "reason": "again" })).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert!(problem["detail"].as_str().unwrap_or_default().contains("compensating already"), "{problem}");
+    assert_eq!(order_db_state(&stack, &saga_id).await, before);
+
+    let body = json!({ "reason": "no charge in payment's ledger; nothing to refund" });
+    let (status, acted) = post(&stack, &path("resolve"), Some("r-1"), body).await;
+    assert_eq!(status, StatusCode::OK, "{acted}");
+    assert_eq!(acted["step"], "refund_payment");
+    let order = stack.settled(&order_id).await;
+    assert_eq!(order["status"], "CANCELLED", "{order}");
+    assert_eq!(stack.stock(&product).await, (5, 0, 0), "stock released");
+    assert_eq!(stack.balance(&customer).await, 1_000);
+    let refund = faults::step(&order, "refund_payment").unwrap();
+    assert_eq!(refund["history"].as_array().unwrap().last().unwrap()["outcome"], "resolved", "{order}");
+    assert!(
+        timeline(&stack, &order_id)
+            .await
+            .contains(&("SagaStepResolvedByOperator".into(), "operator:test-admin".into()))
+    );
+}
+
+#[tokio::test]
+async fn admin_routes_refuse_customers_and_bad_requests() {
+    let stack = Stack::start().await;
+    let product = stack.product(100, 5).await;
+    let customer = stack.customer(1_000).await;
+    let (_, order) = stack.place(&customer, &product, 1).await;
+    let saga_id = order["saga"]["saga_id"].as_str().unwrap().to_string();
+    let token = auth::customer_token(&customer);
+    let gets = ["/v1/admin/sagas".to_string(), format!("/v1/admin/sagas/{saga_id}")];
+    for path in &gets {
+        let res = stack.http.get(stack.url(path)).bearer_auth(&token).send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::FORBIDDEN, "{path}");
+    }
+    for action in ["retry", "compensate", "resolve"] {
+        let path = format!("/v1/admin/sagas/{saga_id}/{action}");
+        let req = stack.http.post(stack.url(&path)).bearer_auth(&token).header("Idempotency-Key", "k");
+        let res = req.json(&json!({ "reason": "mine" })).send().await.unwrap();
+        assert_eq!(res.status(), StatusCode::FORBIDDEN, "{path}");
+    }
+    for (query, field) in [("status=sleeping", "status"), ("cursor=nope", "cursor"), ("limit=501", "limit")] {
+        let (status, problem) = stack.get(&format!("/v1/admin/sagas?{query}")).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{query}: {problem}");
+        assert_eq!(problem["errors"][0]["field"], field, "{problem}");
+    }
+    let (status, _) = stack.get(&format!("/v1/admin/sagas/{}", uuid::Uuid::new_v4())).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Pages: newest first, each saga once.
+    for _ in 0..2 {
+        stack.place(&customer, &product, 1).await;
+    }
+    let (_, first) = stack.get("/v1/admin/sagas?limit=2").await;
+    let cursor = first["next_cursor"].as_str().expect("a next page").to_string();
+    let (_, second) = stack.get(&format!("/v1/admin/sagas?limit=2&cursor={cursor}")).await;
+    let ids: Vec<&str> = first["sagas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(second["sagas"].as_array().unwrap())
+        .map(|s| s["saga_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert_eq!(ids[2], saga_id, "the first saga comes last");
+    assert!(second.get("next_cursor").is_none(), "{second}");
+}
