@@ -281,7 +281,14 @@ async fn admin_routes_refuse_customers_and_bad_requests() {
         let res = req.json(&json!({ "reason": "mine" })).send().await.unwrap();
         assert_eq!(res.status(), StatusCode::FORBIDDEN, "{path}");
     }
-    for (query, field) in [("status=sleeping", "status"), ("cursor=nope", "cursor"), ("limit=501", "limit")] {
+    let cases = [
+        ("status=sleeping", "status"),
+        ("cursor=nope", "cursor"),
+        ("limit=501", "limit"),
+        ("older_than=18446744073709551615", "older_than"),
+        ("customer_id=nope", "customer_id"),
+    ];
+    for (query, field) in cases {
         let (status, problem) = stack.get(&format!("/v1/admin/sagas?{query}")).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{query}: {problem}");
         assert_eq!(problem["errors"][0]["field"], field, "{problem}");

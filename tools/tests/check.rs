@@ -21,7 +21,12 @@ async fn service_db(service: &str) -> (TestDatabase, PgPool) {
     let db = TestDatabase::create(&format!("tools_{service}")).await;
     let pool = db.pool().await;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations").join(service);
-    let mut migrators = [Migrator::new(dir).await.unwrap(), sagaworks_outbox::migrator()];
+    // As the service runs them: order's start with the saga library's tables.
+    let mut migrators = Vec::new();
+    if service == "order" {
+        migrators.push(sagaworks_saga::migrator());
+    }
+    migrators.extend([Migrator::new(dir).await.unwrap(), sagaworks_outbox::migrator()]);
     sagaworks_runtime::db::migrate(&pool, &mut migrators).await.unwrap();
     (db, pool)
 }

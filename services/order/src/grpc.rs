@@ -255,6 +255,10 @@ impl OrderService for Orders {
             "" => None,
             c => Some(c.parse::<Cursor>().map_err(|e| invalid_argument("cursor", e))?),
         };
+        // About ten years: beyond it an interval overflows, and no saga is that old.
+        if r.older_than_secs > 315_360_000 {
+            return Err(invalid_argument("older_than", "must be at most 315360000 seconds"));
+        }
         let keys = match r.customer_id.as_str() {
             "" => None,
             c => Some(orders::ids_of_customer(&self.pool, uuid("customer_id", c)?).await?),

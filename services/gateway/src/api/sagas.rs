@@ -17,6 +17,8 @@ use serde::Deserialize;
 
 /// The largest `limit` of `GET /v1/admin/sagas`.
 const MAX_LIMIT: u32 = 500;
+/// The largest `older_than` (about ten years).
+const MAX_AGE_SECS: u64 = 315_360_000;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -27,8 +29,8 @@ pub struct ListSagasQuery {
     pub status: Option<String>,
     /// The current step, e.g. `refund_payment`.
     pub step: Option<String>,
-    /// Created at least this many seconds ago.
-    #[param(minimum = 1)]
+    /// Created at least this many seconds ago (at most 315360000, about ten years).
+    #[param(minimum = 1, maximum = 315_360_000)]
     pub older_than: Option<u64>,
     /// Only this customer's orders (UUID).
     #[param(value_type = Option<uuid::Uuid>)]
@@ -56,6 +58,9 @@ pub async fn list_sagas(
     let Query(q) = query.map_err(|e| ApiError::invalid("query", e.body_text()))?;
     if q.limit.is_some_and(|limit| !(1..=MAX_LIMIT).contains(&limit)) {
         return Err(ApiError::invalid("limit", format!("must be between 1 and {MAX_LIMIT}")));
+    }
+    if q.older_than.is_some_and(|age| !(1..=MAX_AGE_SECS).contains(&age)) {
+        return Err(ApiError::invalid("older_than", format!("must be between 1 and {MAX_AGE_SECS} seconds")));
     }
     let request = pb::ListSagasRequest {
         status: q.status.unwrap_or_default(),
