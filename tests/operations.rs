@@ -193,14 +193,7 @@ async fn compensate_aborts_a_stuck_saga_and_restores_stock_and_money() {
 /// saga goes on to release the stock.
 #[tokio::test]
 async fn resolve_lets_a_stuck_compensation_go_on() {
-    let blackhole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", blackhole.local_addr().unwrap());
-    let _held = tokio::spawn(async move {
-        let mut conns = vec![];
-        while let Ok((c, _)) = blackhole.accept().await {
-            conns.push(c);
-        }
-    });
+    let (url, _held) = system_tests::unanswering_server().await;
     let mut stack = Stack::start_with(|s| {
         s.payment = system_tests::client(&url);
         s.payment.timeout_ms = 300;

@@ -453,14 +453,7 @@ async fn replicas_do_not_run_a_saga_twice() {
 /// cancelled: it retries until payment is reachable again.
 #[tokio::test]
 async fn a_participant_that_never_answers_leads_to_compensation() {
-    let blackhole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", blackhole.local_addr().unwrap());
-    let held = tokio::spawn(async move {
-        let mut conns = vec![];
-        while let Ok((c, _)) = blackhole.accept().await {
-            conns.push(c);
-        }
-    });
+    let (url, held) = system_tests::unanswering_server().await;
     let mut stack = Stack::start_with(|s| {
         s.payment = system_tests::client(&url);
         s.payment.timeout_ms = 300;

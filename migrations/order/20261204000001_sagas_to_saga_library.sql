@@ -24,7 +24,8 @@ SELECT s.id, 'place_order', s.order_id::text, s.status,
                                  WHERE st.saga_id = s.id AND st.name = 'reserve_stock' AND st.status = 'SUCCEEDED')
                     THEN jsonb_build_object(
                         'total_cents', o.total_cents,
-                        'prices', (SELECT COALESCE(jsonb_agg(jsonb_build_array(i.product_id, i.unit_price_cents)
+                        'prices', (SELECT COALESCE(jsonb_agg(jsonb_build_object('product_id', i.product_id,
+                                                                                'unit_price_cents', i.unit_price_cents)
                                                              ORDER BY i.product_id), '[]')
                                    FROM order_items i WHERE i.order_id = o.id))
                END))),

@@ -356,6 +356,20 @@ impl Stack {
     }
 }
 
+/// A server that accepts connections and never answers (a hung participant):
+/// its URL, and the task holding the connections open.
+pub async fn unanswering_server() -> (String, JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a free port");
+    let url = format!("http://{}", listener.local_addr().expect("a bound address"));
+    let held = tokio::spawn(async move {
+        let mut conns = vec![];
+        while let Ok((c, _)) = listener.accept().await {
+            conns.push(c);
+        }
+    });
+    (url, held)
+}
+
 /// The saga's step names in the order they ran, with their statuses.
 pub fn steps(order: &Value) -> Vec<(String, String)> {
     order["saga"]["steps"]

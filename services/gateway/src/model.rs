@@ -296,10 +296,29 @@ pub struct SagaActionInput {
     /// Why (recorded with the action), 1 to 1000 characters.
     #[schema(min_length = 1, max_length = 1000)]
     pub reason: String,
-    /// `resolve` of a forward step: the step's result as its output would be
-    /// (e.g. `null` for `charge_payment`); ignored otherwise.
+    /// `resolve` of `reserve_stock`: what the reservation would have answered.
+    /// Omit it (or null) for every other step, whose output is empty.
     #[serde(default)]
-    pub output: Option<serde_json::Value>,
+    pub output: Option<ReservationOutput>,
+}
+
+/// The output of `reserve_stock`: the order's total and each product's unit price.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReservationOutput {
+    #[serde(deserialize_with = "integer")]
+    pub total_cents: i64,
+    pub prices: Vec<PriceOutput>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PriceOutput {
+    /// Product id (UUID).
+    #[schema(format = Uuid)]
+    pub product_id: String,
+    #[serde(deserialize_with = "integer")]
+    pub unit_price_cents: i64,
 }
 
 /// What an operator's action did, and the saga after it.

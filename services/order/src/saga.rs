@@ -125,12 +125,20 @@ impl Saga for PlaceOrder {
     }
 }
 
-/// What a reservation answered: inventory owns prices.
+/// What a reservation answered: inventory owns prices. (Also what an
+/// operator states when resolving `reserve_stock` by hand.)
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Reserved {
     pub total_cents: i64,
-    /// Product id and unit price.
-    pub prices: Vec<(Uuid, i64)>,
+    pub prices: Vec<Price>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub product_id: Uuid,
+    pub unit_price_cents: i64,
 }
 
 pub struct ReserveStock(InventoryServiceClient<Channel>);
@@ -161,7 +169,9 @@ impl Action<PlaceOrder> for ReserveStock {
         let prices = reservation
             .lines
             .iter()
-            .filter_map(|l| Some((l.product_id.parse().ok()?, l.unit_price_cents)))
+            .filter_map(|l| {
+                Some(Price { product_id: l.product_id.parse().ok()?, unit_price_cents: l.unit_price_cents })
+            })
             .collect();
         Ok(Reserved { total_cents: reservation.total_cents, prices })
     }
@@ -173,7 +183,8 @@ impl Action<PlaceOrder> for ReserveStock {
         r: &Reserved,
         w: &mut Statement,
     ) -> Result<(), StepError> {
-        let (products, cents): (Vec<Uuid>, Vec<i64>) = r.prices.iter().copied().unzip();
+        let (products, cents): (Vec<Uuid>, Vec<i64>) =
+            r.prices.iter().map(|p| (p.product_id, p.unit_price_cents)).unzip();
         let id = w.bind(ctx.input().order_id);
         let (products, cents, total) = (w.bind(products), w.bind(cents), w.bind(r.total_cents));
         let guard = w.guard().to_string();

@@ -36,6 +36,7 @@ pub struct ListSagasQuery {
     #[param(value_type = Option<uuid::Uuid>)]
     pub customer_id: Option<String>,
     /// `next_cursor` of the previous page.
+    #[param(pattern = r"^[0-9]{1,20}_[0-9a-f]{32}$")]
     pub cursor: Option<String>,
     /// At most this many, newest first (default 50, at most 500).
     #[param(minimum = 1, maximum = 500)]
@@ -58,6 +59,9 @@ pub async fn list_sagas(
     let Query(q) = query.map_err(|e| ApiError::invalid("query", e.body_text()))?;
     if q.limit.is_some_and(|limit| !(1..=MAX_LIMIT).contains(&limit)) {
         return Err(ApiError::invalid("limit", format!("must be between 1 and {MAX_LIMIT}")));
+    }
+    if let Some(customer) = &q.customer_id {
+        sagaworks_errors::validate::uuid("customer_id", customer)?;
     }
     if q.older_than.is_some_and(|age| !(1..=MAX_AGE_SECS).contains(&age)) {
         return Err(ApiError::invalid("older_than", format!("must be between 1 and {MAX_AGE_SECS} seconds")));
@@ -114,7 +118,12 @@ async fn act(
         actor: admin.0.subject,
         reason: body.reason,
         idempotency_key: key.required()?,
-        output_json: body.output.map(|o| o.to_string()).unwrap_or_default(),
+        output_json: match body.output {
+            Some(output) => {
+                serde_json::to_string(&output).map_err(|e| ApiError::invalid("output", e.to_string()))?
+            }
+            None => String::new(),
+        },
     };
     let res = state.order.clone().act_on_saga(request).await.map_err(ApiError::downstream("order"))?;
     let res = res.into_inner();
@@ -132,6 +141,7 @@ async fn act(
     params(("saga_id" = uuid::Uuid, Path, description = "Saga id (UUID)"), IdempotencyKey),
     responses(
         (status = 200, body = SagaActionResult),
+        (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Not valid in the saga's state (the reason says why); nothing changed", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or no Idempotency-Key", body = Problem, content_type = "application/problem+json"),
@@ -154,6 +164,7 @@ pub async fn retry(
     params(("saga_id" = uuid::Uuid, Path, description = "Saga id (UUID)"), IdempotencyKey),
     responses(
         (status = 200, body = SagaActionResult),
+        (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Not valid in the saga's state (finished, compensating, past its pivot, or a driver holds it); nothing changed", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or no Idempotency-Key", body = Problem, content_type = "application/problem+json"),
@@ -176,6 +187,7 @@ pub async fn compensate(
     params(("saga_id" = uuid::Uuid, Path, description = "Saga id (UUID)"), IdempotencyKey),
     responses(
         (status = 200, body = SagaActionResult),
+        (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Not valid in the saga's state; nothing changed", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field (an output the step cannot have), or no Idempotency-Key", body = Problem, content_type = "application/problem+json"),
