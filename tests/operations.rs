@@ -275,7 +275,11 @@ async fn admin_routes_refuse_customers_and_bad_requests() {
         assert_eq!(res.status(), StatusCode::FORBIDDEN, "{path}");
     }
     let cases = [
-        ("status=sleeping", "status"),
+        ("status=sleeping", "query"),
+        ("status=CANCELLED", "query"),
+        ("cursor=", "cursor"),
+        ("step=Refund%00", "step"),
+        ("step=", "step"),
         ("cursor=nope", "cursor"),
         ("limit=501", "limit"),
         ("older_than=18446744073709551615", "older_than"),

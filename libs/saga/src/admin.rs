@@ -389,6 +389,9 @@ impl std::str::FromStr for Cursor {
     fn from_str(s: &str) -> Result<Self, String> {
         let bad = || format!("invalid cursor {s:?}");
         let (micros, id) = s.split_once('_').ok_or_else(bad)?;
+        if micros.len() > 16 {
+            return Err(bad());
+        }
         let created_at = micros.parse().ok().and_then(DateTime::from_timestamp_micros).ok_or_else(bad)?;
         Ok(Cursor { created_at, id: id.parse().map_err(|_| bad())? })
     }

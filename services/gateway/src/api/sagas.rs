@@ -15,6 +15,33 @@ use sagaworks_errors::Problem;
 use sagaworks_proto::order::v1 as pb;
 use serde::Deserialize;
 
+/// Which sagas `GET /v1/admin/sagas` lists.
+#[derive(Debug, Clone, Copy, Deserialize, utoipa::ToSchema)]
+pub enum SagaStatusFilter {
+    #[serde(rename = "RUNNING")]
+    Running,
+    #[serde(rename = "COMPENSATING")]
+    Compensating,
+    #[serde(rename = "COMPLETED")]
+    Completed,
+    #[serde(rename = "COMPENSATED")]
+    Compensated,
+    #[serde(rename = "stuck")]
+    Stuck,
+}
+
+impl SagaStatusFilter {
+    fn as_str(self) -> &'static str {
+        match self {
+            SagaStatusFilter::Running => "RUNNING",
+            SagaStatusFilter::Compensating => "COMPENSATING",
+            SagaStatusFilter::Completed => "COMPLETED",
+            SagaStatusFilter::Compensated => "COMPENSATED",
+            SagaStatusFilter::Stuck => "stuck",
+        }
+    }
+}
+
 /// The largest `limit` of `GET /v1/admin/sagas`.
 const MAX_LIMIT: u32 = 500;
 /// The largest `older_than` (about ten years).
@@ -24,10 +51,11 @@ const MAX_AGE_SECS: u64 = 315_360_000;
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ListSagasQuery {
-    /// `RUNNING`, `COMPENSATING`, `COMPLETED`, `COMPENSATED`, or `stuck`
-    /// (unfinished, no progress for longer than the order service's `saga.stuck_after_ms`).
-    pub status: Option<String>,
+    /// `stuck`: unfinished, no progress for longer than the order service's `saga.stuck_after_ms`.
+    #[param(inline)]
+    pub status: Option<SagaStatusFilter>,
     /// The current step, e.g. `refund_payment`.
+    #[param(pattern = r"^[a-z][a-z0-9_]{0,62}$")]
     pub step: Option<String>,
     /// Created at least this many seconds ago (at most 315360000, about ten years).
     #[param(minimum = 1, maximum = 315_360_000)]
@@ -36,7 +64,7 @@ pub struct ListSagasQuery {
     #[param(value_type = Option<uuid::Uuid>)]
     pub customer_id: Option<String>,
     /// `next_cursor` of the previous page.
-    #[param(pattern = r"^[0-9]{1,20}_[0-9a-f]{32}$")]
+    #[param(pattern = r"^[0-9]{1,16}_[0-9a-f]{32}$")]
     pub cursor: Option<String>,
     /// At most this many, newest first (default 50, at most 500).
     #[param(minimum = 1, maximum = 500)]
@@ -60,6 +88,12 @@ pub async fn list_sagas(
     if q.limit.is_some_and(|limit| !(1..=MAX_LIMIT).contains(&limit)) {
         return Err(ApiError::invalid("limit", format!("must be between 1 and {MAX_LIMIT}")));
     }
+    // Present means given: an empty value is not "no filter".
+    for (field, value) in [("cursor", &q.cursor), ("step", &q.step)] {
+        if value.as_deref() == Some("") {
+            return Err(ApiError::invalid(field, "must not be empty"));
+        }
+    }
     if let Some(customer) = &q.customer_id {
         sagaworks_errors::validate::uuid("customer_id", customer)?;
     }
@@ -67,7 +101,7 @@ pub async fn list_sagas(
         return Err(ApiError::invalid("older_than", format!("must be between 1 and {MAX_AGE_SECS} seconds")));
     }
     let request = pb::ListSagasRequest {
-        status: q.status.unwrap_or_default(),
+        status: q.status.map(|s| s.as_str().to_string()).unwrap_or_default(),
         step: q.step.unwrap_or_default(),
         older_than_secs: q.older_than.unwrap_or(0),
         customer_id: q.customer_id.unwrap_or_default(),
