@@ -730,28 +730,7 @@ impl<S: Saga> Engine<S> {
         let name = def.name_at(state.at);
         let host = |e: StepError| DriveError::Host(id, e);
         let mut w = Statement::new("saga_s");
-
-        // What the instance becomes.
-        let (status, current, reason, release, delay, finished): (_, _, Option<&str>, _, _, _) = match next {
-            Next::Step(p) => (None, Some(*p), None, false, None, false),
-            Next::Compensate { first, reason } => {
-                (Some(SagaStatus::Compensating), Some(*first), Some(reason.as_str()), false, None, false)
-            }
-            Next::Retry => {
-                let attempts = state.attempts.unwrap_or(1).max(1) as u32;
-                (None, None, None, true, Some(backoff::delay(&self.inner.settings, attempts)), false)
-            }
-            Next::Complete => (Some(SagaStatus::Completed), None, None, true, None, true),
-            Next::Cancel { reason } => {
-                (Some(SagaStatus::Compensated), None, Some(reason.as_str()), true, None, true)
-            }
-            Next::Compensated => (Some(SagaStatus::Compensated), None, None, true, None, true),
-        };
-        let hand_back = audit.is_some() && !finished;
-        let (release, delay) = if hand_back { (true, Some(Duration::ZERO)) } else { (release, delay) };
-        // A carried step's result moves the instance to the (local) step
-        // that commits it, also when that step is to be retried.
-        let current = current.or(if carried.is_some() && !finished { Some(state.at) } else { None });
+        let plan = Plan::new(next, state, carried.is_some(), audit.is_some(), &self.inner.settings);
         // The outputs this commit adds: the step's (forward, succeeded) and the
         // carried one's; a null output (a step that returns `()`) is not stored.
         let mut outputs = Map::new();
@@ -765,115 +744,12 @@ impl<S: Saga> Engine<S> {
         {
             outputs.insert(name.to_string(), output.clone());
         }
-
-        let (pid, powner) = (w.bind(id), w.bind(self.owner().to_string()));
-        // A retry is no progress: an instance that keeps failing becomes stuck.
-        let progressed = if *next == Next::Retry { "" } else { ", progressed_at = now()" };
-        let mut set = vec![format!("updated_at = now(){progressed}")];
-        if let Some(status) = status {
-            set.push(format!("status = {}", w.bind(status)));
-        }
-        if let Some(p) = current {
-            set.push(format!("current_step = {}", w.bind(def.name_at(p))));
-        } else if finished {
-            set.push("current_step = NULL".into());
-        }
-        if let Some(reason) = reason {
-            set.push(format!("failure_reason = {}", w.bind(reason.to_string())));
-        }
-        if !outputs.is_empty() {
-            let o = w.bind(Value::Object(outputs.clone()));
-            set.push(format!(
-                "data = jsonb_set(data, '{{outputs}}', COALESCE(data->'outputs', '{{}}') || {o}::jsonb)"
-            ));
-        }
-        if release {
-            set.push("lease_owner = NULL, lease_expires_at = NULL".into());
-        } else {
-            set.push(format!(
-                "lease_expires_at = now() + make_interval(secs => {})",
-                w.bind(self.lease_secs())
-            ));
-        }
-        if let Some(delay) = delay {
-            set.push(format!(
-                "next_attempt_at = now() + make_interval(secs => {})",
-                w.bind(delay.as_secs_f64())
-            ));
-        }
-        if finished {
-            set.push("finished_at = now()".into());
-        }
-        w.with(
-            "saga_s",
-            format!(
-                "UPDATE saga_instances SET {} WHERE id = {pid} AND lease_owner = {powner} RETURNING id",
-                set.join(", ")
-            ),
-        );
-
-        // The step's own row.
-        let (step_status, error) = match &outcome {
-            Ok(_) => (StepStatus::Succeeded, None),
-            Err(e) if *next == Next::Retry => (StepStatus::Running, Some(e.message().to_string())),
-            Err(e) => (StepStatus::Failed, Some(e.message().to_string())),
-        };
-        let (sname, sstatus, serror) = (w.bind(name), w.bind(step_status), w.bind(error.clone()));
-        let finished_at = if step_status == StepStatus::Running { "NULL" } else { "now()" };
-        // `history` keeps the attempts that did not simply succeed (failures,
-        // rejections, operators' actions); a success is the row itself (see
-        // `steps_json`), so the happy path writes no JSON.
-        let (insert_history, update_history) = if outcome.is_err() || audit.is_some() {
-            let outcome = w.bind(audit.map_or(label(&outcome), |a| a.action.outcome()));
-            let existing = ("saga_instance_steps.attempts", "saga_instance_steps.attempt_started_at");
-            (
-                history_entry("1", "now()", &outcome, &serror),
-                format!(
-                    ", history = saga_instance_steps.history || {}",
-                    history_entry(existing.0, existing.1, &outcome, &serror)
-                ),
-            )
-        } else {
-            ("'[]'::jsonb".to_string(), String::new())
-        };
-        w.with(
-            "saga_done",
-            format!(
-                "INSERT INTO saga_instance_steps (saga_id, name, status, attempts, error, finished_at, history)
-                 SELECT id, {sname}, {sstatus}, 1, {serror}, {finished_at}, {insert_history} FROM saga_s
-                 ON CONFLICT (saga_id, name) DO UPDATE
-                     SET status = EXCLUDED.status, error = EXCLUDED.error,
-                         finished_at = EXCLUDED.finished_at{update_history}"
-            ),
-        );
-        if let Some((i, _)) = &carried {
-            let cname = w.bind(def.steps[*i].name);
-            w.with(
-                "saga_carried",
-                format!(
-                    "INSERT INTO saga_instance_steps (saga_id, name, status, attempts, finished_at)
-                     SELECT id, {cname}, 'SUCCEEDED', 1, now() FROM saga_s
-                     ON CONFLICT (saga_id, name) DO UPDATE SET status = 'SUCCEEDED', error = NULL, finished_at = now()"
-                ),
-            );
-        }
-        // The next step's attempt starts with this commit (a local one needs none).
-        // Handed back: the worker records the attempt when it runs the step.
+        self.update_instance(&mut w, id, &plan, &outputs);
+        let error = outcome.as_ref().err().map(|e| e.message().to_string());
         let next_attempt =
-            current.filter(|p| !hand_back && !matches!(p, Position::Forward(j) if def.steps[*j].local));
-        if let Some(p) = next_attempt {
-            let nname = w.bind(def.name_at(p));
-            w.with(
-                "saga_next",
-                format!(
-                    "INSERT INTO saga_instance_steps (saga_id, name, status, attempts)
-                     SELECT id, {nname}, 'RUNNING', 1 FROM saga_s
-                     ON CONFLICT (saga_id, name) DO UPDATE
-                         SET attempts = saga_instance_steps.attempts + 1, status = 'RUNNING', attempt_started_at = now()
-                     RETURNING attempts, started_at"
-                ),
-            );
-        }
+            self.write_steps(&mut w, name, &outcome, &plan, carried.as_ref().map(|(i, _)| *i), audit);
+        let (status, current, reason, delay, finished) =
+            (plan.status, plan.current, plan.reason, plan.delay, plan.finished);
 
         // The host's writes: the successful steps' records, then the end's.
         let mut merged = state.outputs.clone();
@@ -940,6 +816,195 @@ impl<S: Saga> Engine<S> {
             (state.attempts, state.step_started_at) = (attempts, started_at);
         }
         Ok(at)
+    }
+}
+
+/// What a transition makes of the instance's row.
+struct Plan<'a> {
+    status: Option<SagaStatus>,
+    /// The step to run next, when it changes.
+    current: Option<Position>,
+    /// The failure reason, when it is set now.
+    reason: Option<&'a str>,
+    /// Hand the lease back (the instance ends, waits for a retry, or an
+    /// operator's action hands it to the worker).
+    release: bool,
+    /// Runnable again after this (a retry's backoff; zero when handed back).
+    delay: Option<Duration>,
+    finished: bool,
+    /// An operator's action: the worker records the next attempt, not this commit.
+    hand_back: bool,
+    /// A transition to another step or status (a retry is no progress).
+    progressed: bool,
+}
+
+impl<'a> Plan<'a> {
+    fn new<S: Saga>(
+        next: &'a Next,
+        state: &State<S>,
+        carried: bool,
+        operator: bool,
+        settings: &SagaSettings,
+    ) -> Self {
+        let (status, current, reason, release, delay, finished) = match next {
+            Next::Step(p) => (None, Some(*p), None, false, None, false),
+            Next::Compensate { first, reason } => {
+                (Some(SagaStatus::Compensating), Some(*first), Some(reason.as_str()), false, None, false)
+            }
+            Next::Retry => {
+                let attempts = state.attempts.unwrap_or(1).max(1) as u32;
+                (None, None, None, true, Some(backoff::delay(settings, attempts)), false)
+            }
+            Next::Complete => (Some(SagaStatus::Completed), None, None, true, None, true),
+            Next::Cancel { reason } => {
+                (Some(SagaStatus::Compensated), None, Some(reason.as_str()), true, None, true)
+            }
+            Next::Compensated => (Some(SagaStatus::Compensated), None, None, true, None, true),
+        };
+        let hand_back = operator && !finished;
+        let (release, delay) = if hand_back { (true, Some(Duration::ZERO)) } else { (release, delay) };
+        // A carried step's result moves the instance to the (local) step
+        // that commits it, also when that step is to be retried.
+        let current = current.or(if carried && !finished { Some(state.at) } else { None });
+        Plan {
+            status,
+            current,
+            reason,
+            release,
+            delay,
+            finished,
+            hand_back,
+            progressed: *next != Next::Retry,
+        }
+    }
+}
+
+impl<S: Saga> Engine<S> {
+    /// `saga_s`: the lease-guarded update of the instance's row, which every
+    /// other part of the statement selects from.
+    fn update_instance(&self, w: &mut Statement, id: Uuid, plan: &Plan<'_>, outputs: &Map<String, Value>) {
+        let (pid, powner) = (w.bind(id), w.bind(self.owner().to_string()));
+        let progressed = if plan.progressed { ", progressed_at = now()" } else { "" };
+        let mut set = vec![format!("updated_at = now(){progressed}")];
+        if let Some(status) = plan.status {
+            set.push(format!("status = {}", w.bind(status)));
+        }
+        if let Some(p) = plan.current {
+            set.push(format!("current_step = {}", w.bind(self.inner.definition.name_at(p))));
+        } else if plan.finished {
+            set.push("current_step = NULL".into());
+        }
+        if let Some(reason) = plan.reason {
+            set.push(format!("failure_reason = {}", w.bind(reason.to_string())));
+        }
+        if !outputs.is_empty() {
+            let o = w.bind(Value::Object(outputs.clone()));
+            set.push(format!(
+                "data = jsonb_set(data, '{{outputs}}', COALESCE(data->'outputs', '{{}}') || {o}::jsonb)"
+            ));
+        }
+        if plan.release {
+            set.push("lease_owner = NULL, lease_expires_at = NULL".into());
+        } else {
+            set.push(format!(
+                "lease_expires_at = now() + make_interval(secs => {})",
+                w.bind(self.lease_secs())
+            ));
+        }
+        if let Some(delay) = plan.delay {
+            set.push(format!(
+                "next_attempt_at = now() + make_interval(secs => {})",
+                w.bind(delay.as_secs_f64())
+            ));
+        }
+        if plan.finished {
+            set.push("finished_at = now()".into());
+        }
+        w.with(
+            "saga_s",
+            format!(
+                "UPDATE saga_instances SET {} WHERE id = {pid} AND lease_owner = {powner} RETURNING id",
+                set.join(", ")
+            ),
+        );
+    }
+
+    /// The step rows: the current step's result (`saga_done`), the carried
+    /// step's (`saga_carried`), and the next step's attempt (`saga_next`),
+    /// whose position it returns when there is one.
+    fn write_steps(
+        &self,
+        w: &mut Statement,
+        name: &'static str,
+        outcome: &Result<Value, StepError>,
+        plan: &Plan<'_>,
+        carried: Option<usize>,
+        audit: Option<&Audit<'_>>,
+    ) -> Option<Position> {
+        let def = &self.inner.definition;
+        let (step_status, error) = match outcome {
+            Ok(_) => (StepStatus::Succeeded, None),
+            Err(e) if !plan.progressed => (StepStatus::Running, Some(e.message().to_string())),
+            Err(e) => (StepStatus::Failed, Some(e.message().to_string())),
+        };
+        let (sname, sstatus, serror) = (w.bind(name), w.bind(step_status), w.bind(error));
+        let finished_at = if step_status == StepStatus::Running { "NULL" } else { "now()" };
+        // `history` keeps the attempts that did not simply succeed (failures,
+        // rejections, operators' actions); a success is the row itself (see
+        // `steps_json`), so the happy path writes no JSON.
+        let (insert_history, update_history) = if outcome.is_err() || audit.is_some() {
+            let outcome = w.bind(audit.map_or(label(outcome), |a| a.action.outcome()));
+            let existing = ("saga_instance_steps.attempts", "saga_instance_steps.attempt_started_at");
+            (
+                history_entry("1", "now()", &outcome, &serror),
+                format!(
+                    ", history = saga_instance_steps.history || {}",
+                    history_entry(existing.0, existing.1, &outcome, &serror)
+                ),
+            )
+        } else {
+            ("'[]'::jsonb".to_string(), String::new())
+        };
+        w.with(
+            "saga_done",
+            format!(
+                "INSERT INTO saga_instance_steps (saga_id, name, status, attempts, error, finished_at, history)
+                 SELECT id, {sname}, {sstatus}, 1, {serror}, {finished_at}, {insert_history} FROM saga_s
+                 ON CONFLICT (saga_id, name) DO UPDATE
+                     SET status = EXCLUDED.status, error = EXCLUDED.error,
+                         finished_at = EXCLUDED.finished_at{update_history}"
+            ),
+        );
+        if let Some(i) = carried {
+            let cname = w.bind(def.steps[i].name);
+            w.with(
+                "saga_carried",
+                format!(
+                    "INSERT INTO saga_instance_steps (saga_id, name, status, attempts, finished_at)
+                     SELECT id, {cname}, 'SUCCEEDED', 1, now() FROM saga_s
+                     ON CONFLICT (saga_id, name) DO UPDATE SET status = 'SUCCEEDED', error = NULL, finished_at = now()"
+                ),
+            );
+        }
+        // The next step's attempt starts with this commit (a local one needs
+        // none); handed back, the worker records it when it runs the step.
+        let next_attempt = plan
+            .current
+            .filter(|p| !plan.hand_back && !matches!(p, Position::Forward(j) if def.steps[*j].local));
+        if let Some(p) = next_attempt {
+            let nname = w.bind(def.name_at(p));
+            w.with(
+                "saga_next",
+                format!(
+                    "INSERT INTO saga_instance_steps (saga_id, name, status, attempts)
+                     SELECT id, {nname}, 'RUNNING', 1 FROM saga_s
+                     ON CONFLICT (saga_id, name) DO UPDATE
+                         SET attempts = saga_instance_steps.attempts + 1, status = 'RUNNING', attempt_started_at = now()
+                     RETURNING attempts, started_at"
+                ),
+            );
+        }
+        next_attempt
     }
 }
 
