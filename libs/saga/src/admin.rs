@@ -482,7 +482,10 @@ pub async fn list(
             .push(")");
     }
     q.push(" ORDER BY i.created_at DESC, i.id DESC LIMIT ").push_bind(i64::from(limit) + 1);
-    let mut sagas: Vec<Summary> = q.build_query_as().fetch_all(pool).await?;
+    // Planned on every call, with the table's current statistics: a listing
+    // is rare, its filters vary, and a plan cached while the table was small
+    // would sort every instance instead of walking the newest-first index.
+    let mut sagas: Vec<Summary> = q.build_query_as().persistent(false).fetch_all(pool).await?;
     let next = if sagas.len() > limit as usize {
         sagas.truncate(limit as usize);
         sagas.last().map(|s| Cursor { created_at: s.instance.created_at, id: s.instance.id })
