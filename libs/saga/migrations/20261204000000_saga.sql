@@ -31,12 +31,9 @@ CREATE TABLE saga_instances (
     UNIQUE (saga_type, key),
     CHECK ((status IN ('COMPLETED', 'COMPENSATED')) = (current_step IS NULL))
 );
-CREATE INDEX saga_instances_runnable ON saga_instances (next_attempt_at) WHERE status IN ('RUNNING', 'COMPENSATING');
--- Operators list instances newest first (keyset pagination). Not led by
--- saga_type: a plan made while the table was empty (a connection's generic
--- plan) would then pick it for a host's (saga_type, key) lookup and scan every
--- instance of the type, per lookup.
-CREATE INDEX saga_instances_newest ON saga_instances (created_at DESC, id DESC);
+CREATE INDEX saga_instances_runnable ON saga_instances (next_attempt_at) WHERE status IN ('RUNNING', 'COMPENSATING');-- Operators list instances newest first by id (UUIDv7 ids are in creation
+-- order), on the primary key: no index of its own, which every transition of
+-- every instance would have to maintain.
 
 -- One row per step (forward or compensation) of an instance: its latest
 -- status, how many attempts it took, the last error, when its first attempt

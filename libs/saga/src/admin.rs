@@ -370,16 +370,14 @@ impl std::str::FromStr for StatusFilter {
     }
 }
 
-/// Where a page of [`list`] ends: the next page starts after it.
+/// Where a page of [`list`] ends: the next page starts after this instance.
+/// Shown as the id's 32 hex digits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cursor {
-    pub created_at: DateTime<Utc>,
-    pub id: Uuid,
-}
+pub struct Cursor(pub Uuid);
 
 impl std::fmt::Display for Cursor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}_{}", self.created_at.timestamp_micros(), self.id.simple())
+        write!(f, "{}", self.0.simple())
     }
 }
 
@@ -387,13 +385,10 @@ impl std::str::FromStr for Cursor {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("invalid cursor {s:?}");
-        let (micros, id) = s.split_once('_').ok_or_else(bad)?;
-        if micros.len() > 16 {
-            return Err(bad());
+        match Uuid::try_parse(s) {
+            Ok(id) if s.len() == 32 => Ok(Cursor(id)),
+            _ => Err(format!("invalid cursor {s:?}")),
         }
-        let created_at = micros.parse().ok().and_then(DateTime::from_timestamp_micros).ok_or_else(bad)?;
-        Ok(Cursor { created_at, id: id.parse().map_err(|_| bad())? })
     }
 }
 
@@ -474,21 +469,18 @@ pub async fn list(
     if let Some(keys) = &filter.keys {
         q.push(" AND i.key = ANY(").push_bind(keys.clone()).push(")");
     }
-    if let Some(after) = filter.after {
-        q.push(" AND (i.created_at, i.id) < (")
-            .push_bind(after.created_at)
-            .push(", ")
-            .push_bind(after.id)
-            .push(")");
+    if let Some(Cursor(after)) = filter.after {
+        q.push(" AND i.id < ").push_bind(after);
     }
-    q.push(" ORDER BY i.created_at DESC, i.id DESC LIMIT ").push_bind(i64::from(limit) + 1);
+    // Newest first: instance ids are UUIDv7, in creation order (see `NewInstance::id`).
+    q.push(" ORDER BY i.id DESC LIMIT ").push_bind(i64::from(limit) + 1);
     // Planned on every call, with the table's current statistics: a listing
     // is rare, its filters vary, and a plan cached while the table was small
-    // would sort every instance instead of walking the newest-first index.
+    // would sort every instance instead of walking the primary key backwards.
     let mut sagas: Vec<Summary> = q.build_query_as().persistent(false).fetch_all(pool).await?;
     let next = if sagas.len() > limit as usize {
         sagas.truncate(limit as usize);
-        sagas.last().map(|s| Cursor { created_at: s.instance.created_at, id: s.instance.id })
+        sagas.last().map(|s| Cursor(s.instance.id))
     } else {
         None
     };
@@ -526,12 +518,10 @@ mod tests {
 
     #[test]
     fn cursors_and_status_filters_round_trip() {
-        let c = Cursor {
-            created_at: DateTime::from_timestamp_micros(1_764_864_000_123_456).unwrap(),
-            id: Uuid::now_v7(),
-        };
+        let c = Cursor(Uuid::now_v7());
         assert_eq!(c.to_string().parse::<Cursor>(), Ok(c));
         assert!("nope".parse::<Cursor>().is_err());
+        assert!(c.0.hyphenated().to_string().parse::<Cursor>().is_err(), "one spelling only");
         assert_eq!("stuck".parse::<StatusFilter>(), Ok(StatusFilter::Stuck));
         assert_eq!("running".parse::<StatusFilter>(), Ok(StatusFilter::Is(SagaStatus::Running)));
         assert!("sleeping".parse::<StatusFilter>().unwrap_err().contains("stuck"));

@@ -93,6 +93,8 @@ pub enum Driven {
 
 /// An instance to create: see [`Engine::insert`].
 pub struct NewInstance<S: Saga> {
+    /// A UUIDv7 (`Uuid::now_v7()`): ids in creation order list instances
+    /// newest first ([`crate::admin::list`]).
     pub id: Uuid,
     /// The business key (e.g. the order id): one instance per saga and key.
     pub key: String,

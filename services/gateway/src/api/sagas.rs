@@ -64,7 +64,7 @@ pub struct ListSagasQuery {
     #[param(value_type = Option<uuid::Uuid>)]
     pub customer_id: Option<String>,
     /// `next_cursor` of the previous page.
-    #[param(pattern = r"^[0-9]{1,16}_[0-9a-f]{32}$")]
+    #[param(pattern = r"^[0-9a-f]{32}$")]
     pub cursor: Option<String>,
     /// At most this many, newest first (default 50, at most 500).
     #[param(minimum = 1, maximum = 500)]
