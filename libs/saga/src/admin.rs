@@ -175,21 +175,9 @@ impl<S: Saga> Engine<S> {
                 return Err(ActionError::Invalid(format!("an operator action needs a {field}")));
             }
         }
-        let done: Option<(String, String)> = sqlx::query_as(
-            "SELECT action, step FROM saga_operator_actions WHERE saga_id = $1 AND idempotency_key = $2",
-        )
-        .bind(id)
-        .bind(&op.idempotency_key)
-        .fetch_optional(self.pool())
-        .await?;
-        if let Some((kind, step)) = done {
-            if kind != action.kind().as_str() {
-                return Err(ActionError::Conflict(format!(
-                    "idempotency key {:?} was used for a {kind} of this saga",
-                    op.idempotency_key
-                )));
-            }
-            return Ok(Acted { step, replayed: true });
+        let kind = action.kind();
+        if let Some(replayed) = self.replay(id, kind, op).await? {
+            return Ok(replayed);
         }
         self.take_lease(id).await?;
         let result = self.apply(id, action, op).await;
@@ -204,7 +192,35 @@ impl<S: Saga> Engine<S> {
             .execute(self.pool())
             .await;
         }
-        result
+        match result {
+            // The same key committed by a concurrent request meanwhile: its replay.
+            Err(ActionError::Db(sqlx::Error::Database(e)))
+                if e.constraint() == Some("saga_operator_actions_saga_id_idempotency_key_key") =>
+            {
+                self.replay(id, kind, op).await?.ok_or(ActionError::Db(sqlx::Error::Database(e)))
+            }
+            other => other,
+        }
+    }
+
+    /// The earlier action under `op`'s key, answered again; a conflict when
+    /// the key was used for another action; `None` when it is new.
+    async fn replay(&self, id: Uuid, kind: ActionKind, op: &Operator) -> Result<Option<Acted>, ActionError> {
+        let done: Option<(String, String)> = sqlx::query_as(
+            "SELECT action, step FROM saga_operator_actions WHERE saga_id = $1 AND idempotency_key = $2",
+        )
+        .bind(id)
+        .bind(&op.idempotency_key)
+        .fetch_optional(self.pool())
+        .await?;
+        match done {
+            None => Ok(None),
+            Some((done, _)) if done != kind.as_str() => Err(ActionError::Conflict(format!(
+                "idempotency key {:?} was used for a {done} of this saga",
+                op.idempotency_key
+            ))),
+            Some((_, step)) => Ok(Some(Acted { step, replayed: true })),
+        }
     }
 
     /// Leases `id` to this replica for an action, unless it has finished or a live driver holds it.

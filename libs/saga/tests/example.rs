@@ -737,6 +737,31 @@ fn operator_trials() -> Vec<libtest_mimic::Trial> {
                 );
             },
         ),
+        db_trial(
+            "operator::the_same_key_committed_concurrently_is_answered_as_a_replay",
+            |pool, stop| async move {
+                let (_, saga, engine) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
+                // Another request with the same key commits between this one's replay check and its
+                // own write: here, when this one takes the lease.
+                sqlx::raw_sql(&format!(
+                    "CREATE FUNCTION sneak_in() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                     INSERT INTO saga_operator_actions (saga_id, action, step, actor, reason, idempotency_key)
+                     VALUES ('{saga}', 'RETRY', 'ship', 'other@example', 'concurrent', 'same-key')
+                     ON CONFLICT DO NOTHING;
+                     RETURN NEW; END $$;
+                 CREATE TRIGGER sneak_in BEFORE UPDATE OF lease_owner ON saga_instances
+                     FOR EACH ROW WHEN (NEW.lease_owner IS NOT NULL) EXECUTE FUNCTION sneak_in();"
+                ))
+                .execute(&pool)
+                .await
+                .unwrap();
+                let acted = engine.act(saga, OperatorAction::RetryNow, &operator("same-key")).await;
+                assert!(matches!(&acted, Ok(a) if a.replayed && a.step == "ship"), "{acted:?}");
+                let recorded = admin::actions(&pool, saga).await.unwrap();
+                assert_eq!(recorded.len(), 1, "one action for one key");
+                assert_eq!(recorded[0].actor, "other@example");
+            },
+        ),
         db_trial("operator::an_action_never_races_a_live_driver", |pool, stop| async move {
             let (_, saga, engine) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
             sqlx::query(
