@@ -754,15 +754,16 @@ impl<S: Saga> Engine<S> {
             (plan.status, plan.current, plan.reason, plan.delay, plan.finished);
 
         // The host's writes: the successful steps' records, then the end's.
-        let mut merged = state.outputs.clone();
-        merged.extend(outputs.clone());
+        // They read the outputs this commit adds too: merged into `state` now
+        // (a failed commit ends the driver, which drops `state`).
+        state.outputs.extend(outputs);
         let reason_now = reason.map(str::to_string).or_else(|| state.failure_reason.clone());
         {
             let ctx = StepContext::<S> {
                 saga_id: id,
                 step: name,
                 input: &state.input,
-                outputs: &merged,
+                outputs: &state.outputs,
                 failure_reason: reason_now.as_deref(),
             };
             if let Some((i, output)) = &carried {
@@ -806,7 +807,6 @@ impl<S: Saga> Engine<S> {
         }
 
         // `state` after the commit.
-        state.outputs = merged;
         if let Some(status) = status {
             state.status = status;
         }
