@@ -385,8 +385,9 @@ impl<S: Saga> Builder<S, AfterPivot> {
     }
 }
 
-/// Names end up in SQL text, metric labels and idempotency keys.
-fn valid_name(name: &str) -> bool {
+/// A lower-case letter, then lower-case letters, digits and `_`: what step and
+/// saga names must be (they end up in SQL text, metric labels and idempotency keys).
+pub fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars.next().is_some_and(|c| c.is_ascii_lowercase())
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')

@@ -255,13 +255,7 @@ impl OrderService for Orders {
             "" => None,
             c => Some(c.parse::<Cursor>().map_err(|e| invalid_argument("cursor", e))?),
         };
-        let step_name = |s: &str| {
-            let mut chars = s.chars();
-            chars.next().is_some_and(|c| c.is_ascii_lowercase())
-                && s.len() <= 63
-                && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        };
-        if !r.step.is_empty() && !step_name(&r.step) {
+        if !r.step.is_empty() && !(r.step.len() <= 63 && sagaworks_saga::definition::valid_name(&r.step)) {
             return Err(invalid_argument(
                 "step",
                 "a step name: a lower-case letter, then letters, digits and '_'",
