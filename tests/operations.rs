@@ -194,11 +194,7 @@ async fn compensate_aborts_a_stuck_saga_and_restores_stock_and_money() {
 #[tokio::test]
 async fn resolve_lets_a_stuck_compensation_go_on() {
     let (url, _held) = system_tests::unanswering_server().await;
-    let mut stack = Stack::start_with(|s| {
-        s.payment = system_tests::client(&url);
-        s.payment.timeout_ms = 300;
-    })
-    .await;
+    let mut stack = Stack::start_with(|s| system_tests::payment_at(s, &url)).await;
     let product = stack.product(100, 5).await;
     let customer = stack.customer(1_000).await;
     let (_, order) = stack.place(&customer, &product, 1).await;
@@ -213,8 +209,7 @@ async fn resolve_lets_a_stuck_compensation_go_on() {
     // Payment stays unreachable.
     stack
         .restart_order(|s| {
-            s.payment = system_tests::client(&url);
-            s.payment.timeout_ms = 300;
+            system_tests::payment_at(s, &url);
             s.saga.stuck_after_ms = STUCK_AFTER_MS;
         })
         .await;

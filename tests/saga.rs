@@ -454,11 +454,7 @@ async fn replicas_do_not_run_a_saga_twice() {
 #[tokio::test]
 async fn a_participant_that_never_answers_leads_to_compensation() {
     let (url, held) = system_tests::unanswering_server().await;
-    let mut stack = Stack::start_with(|s| {
-        s.payment = system_tests::client(&url);
-        s.payment.timeout_ms = 300;
-    })
-    .await;
+    let mut stack = Stack::start_with(|s| system_tests::payment_at(s, &url)).await;
     let product = stack.product(100, 5).await;
     let customer = stack.customer(1_000).await;
     let (_, order) = stack.place(&customer, &product, 1).await;

@@ -370,6 +370,13 @@ pub async fn unanswering_server() -> (String, JoinHandle<()>) {
     (url, held)
 }
 
+/// Points order's payment client at `url` (e.g. an [`unanswering_server`]),
+/// with a short per-attempt timeout.
+pub fn payment_at(settings: &mut order::config::Settings, url: &str) {
+    settings.payment = client(url);
+    settings.payment.timeout_ms = 300;
+}
+
 /// The saga's step names in the order they ran, with their statuses.
 pub fn steps(order: &Value) -> Vec<(String, String)> {
     order["saga"]["steps"]
