@@ -743,6 +743,7 @@ impl<H: Handler> Consumer<H> {
                 (headers::DLQ_ORIGINAL_TOPIC, msg.topic()),
                 (headers::DLQ_ORIGINAL_PARTITION, partition.as_str()),
                 (headers::DLQ_ORIGINAL_OFFSET, offset.as_str()),
+                (headers::DLQ_GROUP, self.settings.group_id.as_str()),
             ] {
                 h = h.insert(Header { key, value: Some(value) });
             }

@@ -44,6 +44,10 @@ pub mod headers {
     pub const DLQ_ORIGINAL_TOPIC: &str = "dlq_original_topic";
     pub const DLQ_ORIGINAL_PARTITION: &str = "dlq_original_partition";
     pub const DLQ_ORIGINAL_OFFSET: &str = "dlq_original_offset";
+    /// The consumer group that dead-lettered the message.
+    pub const DLQ_GROUP: &str = "dlq_group";
+    /// On a replayed message: `<dlq topic>/<partition>/<offset>` it was replayed from.
+    pub const DLQ_REPLAYED_FROM: &str = "dlq_replayed_from";
 }
 
 /// How new topics are created (partitions, replication factor).

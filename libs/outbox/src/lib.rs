@@ -85,6 +85,7 @@ mod backoff;
 mod error;
 
 pub mod consumer;
+pub mod dead_letters;
 pub mod health;
 pub mod kafka;
 pub mod metrics;
@@ -94,6 +95,7 @@ pub mod wake;
 pub mod writer;
 
 pub use consumer::{Consumer, ConsumerSettings, EnvelopeError, Handler, HandlerError, ReceivedEvent};
+pub use dead_letters::{DeadLetterError, DeadLetterSettings, DeadLetters};
 pub use error::OutboxError;
 pub use health::BrokerCheck;
 pub use metrics::OutboxGauges;

@@ -300,3 +300,17 @@ impl Handler for Recorder {
 pub async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
+
+/// Per partition of `topic` (which must exist), the offset after its last message.
+pub async fn high_watermarks(kafka: &KafkaSettings, topic: &str) -> BTreeMap<i32, i64> {
+    let (brokers, topic) = (kafka.brokers.clone(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        let client = outside_client(&brokers, "test-watermarks");
+        let timeout = Duration::from_secs(5);
+        (0..partition_count(&client, &topic, timeout))
+            .map(|p| (p, client.fetch_watermarks(&topic, p, timeout).unwrap().1))
+            .collect()
+    })
+    .await
+    .unwrap()
+}
