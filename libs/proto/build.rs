@@ -9,7 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         unsafe { std::env::set_var("PROTOC", protoc_bin_vendored::protoc_bin_path()?) };
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let files = ["inventory.proto", "payment.proto", "order.proto"].map(|f| root.join(f));
+    let files = ["inventory.proto", "payment.proto", "order.proto", "deadletter.proto"].map(|f| root.join(f));
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
     }

@@ -22,6 +22,12 @@ pub mod order {
     }
 }
 
+pub mod deadletter {
+    pub mod v1 {
+        tonic::include_proto!("sagaworks.deadletter.v1");
+    }
+}
+
 /// Converts a UTC time into its protobuf form.
 pub fn timestamp(t: chrono::DateTime<chrono::Utc>) -> prost_types::Timestamp {
     prost_types::Timestamp { seconds: t.timestamp(), nanos: t.timestamp_subsec_nanos() as i32 }

@@ -423,6 +423,23 @@ impl Shape {
         self.steps.iter().position(|s| s.kind == StepKind::Pivot).unwrap_or(self.steps.len())
     }
 
+    /// What the step called `name` is: `compensatable`, `pivot`,
+    /// `retriable` (forward steps, by [`StepKind`]) or `compensation`;
+    /// `None` for a name the definition does not have.
+    pub fn role(&self, name: &str) -> Option<&'static str> {
+        self.steps.iter().find_map(|s| {
+            if s.name == name {
+                Some(match s.kind {
+                    StepKind::Compensatable => "compensatable",
+                    StepKind::Pivot => "pivot",
+                    StepKind::Retriable => "retriable",
+                })
+            } else {
+                (s.compensation == Some(name)).then_some("compensation")
+            }
+        })
+    }
+
     /// Step `i`'s success is committed together with the next step's
     /// (a local one), not on its own.
     pub fn commits_with_next(&self, i: usize) -> bool {

@@ -810,6 +810,23 @@ fn other_trials() -> Vec<libtest_mimic::Trial> {
             }
             Ok(())
         }),
+        Trial::test("each_step_name_has_its_role", || {
+            let shape = shape();
+            let roles: Vec<_> =
+                shape.names().into_iter().map(|n| (n, shape.role(n).unwrap_or("?"))).collect();
+            let want = [
+                ("reserve", "compensatable"),
+                ("charge", "pivot"),
+                ("ship", "retriable"),
+                ("confirm", "retriable"),
+                ("refund", "compensation"),
+                ("release", "compensation"),
+            ];
+            if roles != want || shape.role("nope").is_some() {
+                return Err(format!("{roles:?}").into());
+            }
+            Ok(())
+        }),
         Trial::test("the_matrix_lists_the_added_ship_step", || {
             let names: Vec<String> = testing::cases(&shape()).iter().map(Case::name).collect();
             for expected in

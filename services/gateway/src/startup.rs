@@ -4,6 +4,7 @@ use crate::api::{self, AppState};
 use crate::auth::Authenticator;
 use crate::config::Settings;
 use crate::ratelimit::Limiter;
+use sagaworks_proto::deadletter::v1::dead_letter_service_client::DeadLetterServiceClient;
 use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use sagaworks_proto::order::v1::order_service_client::OrderServiceClient;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
@@ -43,10 +44,10 @@ impl Application {
             .await
             .map_err(|source| StartupError::Bind { address: settings.http.address(), source })?;
         let traced = ClientTraceLayer::default();
+        let order = traced.layer(sagaworks_resilience::channel("order", &settings.order)?);
         let state = AppState {
-            order: OrderServiceClient::new(
-                traced.layer(sagaworks_resilience::channel("order", &settings.order)?),
-            ),
+            order: OrderServiceClient::new(order.clone()),
+            dead_letters: DeadLetterServiceClient::new(order),
             inventory: InventoryServiceClient::new(
                 traced.layer(sagaworks_resilience::channel("inventory", &settings.inventory)?),
             ),

@@ -2,7 +2,7 @@
 //! named in `APP_CONFIG_FILE` and `APP_*` variables (see `sagaworks_config`).
 
 use sagaworks_config::{DatabaseSettings, KafkaSettings, ListenSettings, TelemetrySettings};
-use sagaworks_outbox::{ConsumerSettings, RelaySettings};
+use sagaworks_outbox::{ConsumerSettings, DeadLetterSettings, RelaySettings};
 use sagaworks_resilience::ClientSettings;
 use sagaworks_runtime::fault::FaultSettings;
 use sagaworks_saga::SagaSettings;
@@ -29,6 +29,9 @@ pub struct Settings {
     pub payment: ClientSettings,
     /// How the saga engine drives order sagas (leases, deadlines, retries).
     pub saga: SagaSettings,
+    /// The dead-letter topics operators work on through this service (all of
+    /// the system's: order hosts the operations API).
+    pub dead_letters: DeadLetterSettings,
 }
 
 impl Default for Settings {
@@ -57,6 +60,10 @@ impl Default for Settings {
             inventory: ClientSettings::with_url("http://127.0.0.1:50052"),
             payment: ClientSettings::with_url("http://127.0.0.1:50053"),
             saga: SagaSettings::default(),
+            dead_letters: DeadLetterSettings {
+                topics: vec!["order", "reservation", "payment"].into_iter().map(String::from).collect(),
+                ..Default::default()
+            },
         }
     }
 }

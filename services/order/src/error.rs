@@ -20,6 +20,9 @@ pub enum Error {
     /// An operator's action on a saga was refused.
     #[error(transparent)]
     Action(#[from] sagaworks_saga::admin::ActionError),
+    /// An operator's call on a dead-letter topic failed.
+    #[error(transparent)]
+    DeadLetter(#[from] sagaworks_outbox::DeadLetterError),
     #[error(transparent)]
     Outbox(#[from] sagaworks_outbox::OutboxError),
     #[error(transparent)]
@@ -46,6 +49,26 @@ impl From<Error> for Status {
                     }
                     ActionError::Db(db) => db_status(db),
                     ActionError::Host(_) => Status::internal(e.to_string()),
+                }
+            }
+            Error::DeadLetter(e) => {
+                use sagaworks_outbox::DeadLetterError;
+                match e {
+                    DeadLetterError::UnknownTopic(_) | DeadLetterError::NotFound(_) => {
+                        Status::not_found(e.to_string())
+                    }
+                    DeadLetterError::NotPending { .. } => Status::failed_precondition(e.to_string()),
+                    DeadLetterError::KeyReused => {
+                        sagaworks_errors::status::invalid_argument("idempotency_key", e.to_string())
+                    }
+                    DeadLetterError::Invalid(_) => {
+                        sagaworks_errors::status::invalid_argument("body", e.to_string())
+                    }
+                    DeadLetterError::Kafka(_) => {
+                        tracing::warn!(error = %e, "dead-letter operation: broker unavailable");
+                        Status::unavailable("the broker is unavailable")
+                    }
+                    DeadLetterError::Db(db) => db_status(db),
                 }
             }
             Error::Db(db) => db_status(db),

@@ -42,13 +42,24 @@ impl Orders {
         let saga = orders::saga(&mut conn, saga_id).await?;
         drop(conn);
         let actions = admin::actions(&self.pool, saga_id).await?;
-        Ok(pb::Saga { actions: actions.into_iter().map(action_pb).collect(), ..saga_pb(saga) })
+        Ok(pb::Saga { actions: actions.into_iter().map(action_pb).collect(), ..self.saga_pb(saga) })
+    }
+
+    /// A saga record with each step's role from the definition.
+    fn saga_pb(&self, saga: InstanceRecord) -> pb::Saga {
+        let shape = self.saga.definition().shape();
+        let mut saga = saga_pb(saga);
+        for step in &mut saga.steps {
+            step.role = shape.role(&step.name).unwrap_or_default().to_string();
+        }
+        saga
     }
 
     async fn view(&self, order_id: uuid::Uuid) -> Result<pb::Order> {
         let mut conn = self.pool.acquire().await?;
         let view = orders::view(&mut conn, order_id).await?;
-        Ok(order_pb(view.order, view.saga, view.timeline))
+        let saga = view.saga.map(|s| self.saga_pb(s));
+        Ok(order_pb(view.order, saga, view.timeline))
     }
 }
 
@@ -115,6 +126,7 @@ fn saga_pb(s: InstanceRecord) -> pb::Saga {
                 error: st.error.unwrap_or_default(),
                 started_at: Some(timestamp(st.started_at)),
                 finished_at: st.finished_at.map(timestamp),
+                role: String::new(),
                 history: st
                     .history
                     .into_iter()
@@ -134,7 +146,7 @@ fn saga_pb(s: InstanceRecord) -> pb::Saga {
     }
 }
 
-fn order_pb(o: Order, saga: Option<InstanceRecord>, timeline: Vec<TimelineEntry>) -> pb::Order {
+fn order_pb(o: Order, saga: Option<pb::Saga>, timeline: Vec<TimelineEntry>) -> pb::Order {
     pb::Order {
         order_id: o.id.to_string(),
         customer_id: o.customer_id.to_string(),
@@ -150,7 +162,7 @@ fn order_pb(o: Order, saga: Option<InstanceRecord>, timeline: Vec<TimelineEntry>
             .collect(),
         total_cents: o.total_cents,
         failure_reason: o.failure_reason.unwrap_or_default(),
-        saga: saga.map(saga_pb),
+        saga,
         timeline: timeline
             .into_iter()
             .map(|t| pb::TimelineEntry {

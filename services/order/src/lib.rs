@@ -9,12 +9,14 @@
 //! * [`config`] — settings.
 //! * [`startup`] — [`startup::Application`], built by `main` and by tests.
 //! * [`grpc`] — the API.
+//! * [`dead_letters`] — the API operators use on the system's dead-letter topics.
 //! * [`orders`] — orders, items, saga records and the timeline, on the database.
 //! * [`saga`] — the order saga's definition and steps (driven by `sagaworks_saga`).
 //! * [`timeline`] — the per-order event timeline, fed from Kafka.
 //! * [`error`] — errors and their one mapping to gRPC codes.
 
 pub mod config;
+pub mod dead_letters;
 pub mod error;
 pub mod grpc;
 pub mod orders;

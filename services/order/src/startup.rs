@@ -2,10 +2,12 @@
 //! worker, gRPC API, health.
 
 use crate::config::Settings;
+use crate::dead_letters::DeadLetterApi;
 use crate::grpc::Orders;
 use crate::saga::{self, PlaceOrder};
 use crate::timeline::Timeline;
-use sagaworks_outbox::service;
+use sagaworks_outbox::{DeadLetters, service};
+use sagaworks_proto::deadletter::v1::dead_letter_service_server::DeadLetterServiceServer;
 use sagaworks_proto::order::v1::order_service_server::OrderServiceServer;
 use sagaworks_runtime::health::Readiness;
 use sagaworks_runtime::host::{HostError, ServiceHost, Task};
@@ -72,7 +74,11 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
         let pool = self.host.pool().clone();
         let orders = Orders::new(pool.clone(), self.saga.clone(), shutdown.clone());
-        let routes = tonic::service::Routes::new(OrderServiceServer::new(orders));
+        let s = &self.settings;
+        let dead_letters = DeadLetters::new(pool.clone(), &s.kafka, s.dead_letters.clone())?;
+        let routes = tonic::service::Routes::new(OrderServiceServer::new(orders))
+            .add_service(DeadLetterServiceServer::new(DeadLetterApi::new(dead_letters.clone())));
+        let shutdown_gauges = shutdown.clone();
         let saga_worker: Task = Box::pin({
             let worker = self.saga.clone().run_worker(shutdown.clone());
             async move {
@@ -80,11 +86,17 @@ impl Application {
                 Ok(())
             }
         });
-        let s = &self.settings;
         let readiness = service::readiness(Readiness::new(), &pool, &s.kafka, &s.outbox)?;
         let mut tasks = service::relay_task(&pool, &s.kafka, &s.outbox, &shutdown)?;
         tasks.push(service::consumer_task(&pool, &s.kafka, &s.consumer, Timeline, &shutdown)?);
         tasks.push(("saga worker", saga_worker));
+        tasks.push((
+            "dead-letter gauges",
+            Box::pin(async move {
+                dead_letters.run_gauges(shutdown_gauges).await;
+                Ok(())
+            }),
+        ));
         self.host.run(routes, readiness, tasks, shutdown).await?;
         Ok(())
     }

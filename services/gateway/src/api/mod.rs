@@ -1,6 +1,7 @@
 //! The public REST API: routes, shared state and the OpenAPI document.
 
 pub mod admin;
+pub mod dlq;
 pub mod orders;
 pub mod sagas;
 
@@ -11,6 +12,7 @@ use crate::ratelimit::Limiter;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
+use sagaworks_proto::deadletter::v1::dead_letter_service_client::DeadLetterServiceClient;
 use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use sagaworks_proto::order::v1::order_service_client::OrderServiceClient;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
@@ -31,6 +33,8 @@ pub type Channel = ClientTrace<ResilientChannel>;
 #[derive(Clone)]
 pub struct AppState {
     pub order: OrderServiceClient<Channel>,
+    /// Dead-letter operations; hosted by the order service, on its channel.
+    pub dead_letters: DeadLetterServiceClient<Channel>,
     pub inventory: InventoryServiceClient<Channel>,
     pub payment: PaymentServiceClient<Channel>,
     pub settings: ApiSettings,
@@ -47,6 +51,7 @@ pub struct AppState {
         admin::create_product, admin::get_product, admin::list_products, admin::add_stock,
         admin::create_customer, admin::get_customer, admin::add_credit,
         sagas::list_sagas, sagas::get_saga, sagas::retry, sagas::compensate, sagas::resolve,
+        dlq::list_topics, dlq::list_messages, dlq::get_message, dlq::replay, dlq::discard,
     ),
     components(schemas(sagaworks_errors::Problem, sagaworks_errors::FieldError)),
     modifiers(&Security),
@@ -54,7 +59,7 @@ pub struct AppState {
     tags(
         (name = "orders", description = "Customers: their own orders (token `sub` = customer id); admins: all"),
         (name = "admin", description = "Needs the admin role in the token's `roles` claim"),
-        (name = "operations", description = "Operating sagas (admin role): find stuck ones, see why, retry, compensate or resolve"),
+        (name = "operations", description = "Operating sagas and dead letters (admin role): find stuck sagas, see why, retry, compensate or resolve; inspect, replay or discard dead-lettered messages"),
     )
 )]
 pub struct ApiDoc;
@@ -145,6 +150,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/sagas/{saga_id}/retry", post(sagas::retry))
         .route("/v1/admin/sagas/{saga_id}/compensate", post(sagas::compensate))
         .route("/v1/admin/sagas/{saga_id}/resolve", post(sagas::resolve))
+        .route("/v1/admin/dlq", get(dlq::list_topics))
+        .route("/v1/admin/dlq/{topic}/messages", get(dlq::list_messages))
+        .route("/v1/admin/dlq/{topic}/messages/{id}", get(dlq::get_message))
+        .route("/v1/admin/dlq/{topic}/messages/{id}/discard", post(dlq::discard))
+        .route("/v1/admin/dlq/{topic}/replay", post(dlq::replay))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::guard));
     Router::new()
         .merge(guarded)
@@ -164,7 +174,7 @@ mod tests {
         assert_eq!(doc["components"]["securitySchemes"]["bearerAuth"]["scheme"], "bearer");
         assert_eq!(doc["security"][0]["bearerAuth"], serde_json::json!([]));
         let paths = doc["paths"].as_object().unwrap();
-        assert_eq!(paths.len(), 14);
+        assert_eq!(paths.len(), 19);
         for (path, item) in paths {
             for (method, op) in item.as_object().unwrap() {
                 for code in ["401", "403", "429", "503"] {
@@ -174,6 +184,9 @@ mod tests {
                 assert_eq!(op["responses"].get("413").is_some(), has_body, "{method} {path}: 413");
             }
         }
+        let replay = &doc["components"]["schemas"]["DlqReplayInput"]["oneOf"];
+        assert_eq!(replay.as_array().map(Vec::len), Some(3), "{replay}");
+        assert_eq!(replay[2]["properties"]["all"]["enum"], serde_json::json!([true]));
         let r429 = &doc["paths"]["/v1/orders"]["get"]["responses"]["429"];
         assert_eq!(r429["headers"]["Retry-After"]["schema"]["type"], "integer");
         let list = &doc["paths"]["/v1/orders"]["get"]["parameters"][0];
