@@ -12,6 +12,9 @@ use serde_json::{Value, json};
 use std::time::Duration;
 use system_tests::{Stack, auth, faults};
 
+/// How long a test waits for the system to get somewhere.
+const WAIT: Duration = Duration::from_secs(60);
+
 /// Stuck after this long without progress (the order service's `saga.stuck_after_ms`).
 const STUCK_AFTER_MS: u64 = 200;
 
@@ -258,13 +261,22 @@ async fn admin_routes_refuse_customers_and_bad_requests() {
     let (_, order) = stack.place(&customer, &product, 1).await;
     let saga_id = order["saga"]["saga_id"].as_str().unwrap().to_string();
     let token = auth::customer_token(&customer);
-    let gets = ["/v1/admin/sagas".to_string(), format!("/v1/admin/sagas/{saga_id}")];
+    let gets = [
+        "/v1/admin/sagas".to_string(),
+        format!("/v1/admin/sagas/{saga_id}"),
+        "/v1/admin/dlq".into(),
+        "/v1/admin/dlq/order/messages".into(),
+        "/v1/admin/dlq/order/messages/0-0".into(),
+    ];
     for path in &gets {
         let res = stack.http.get(stack.url(path)).bearer_auth(&token).send().await.unwrap();
         assert_eq!(res.status(), StatusCode::FORBIDDEN, "{path}");
     }
-    for action in ["retry", "compensate", "resolve"] {
-        let path = format!("/v1/admin/sagas/{saga_id}/{action}");
+    let posts = ["retry", "compensate", "resolve"]
+        .map(|action| format!("/v1/admin/sagas/{saga_id}/{action}"))
+        .into_iter()
+        .chain(["/v1/admin/dlq/order/replay".into(), "/v1/admin/dlq/order/messages/0-0/discard".into()]);
+    for path in posts {
         let req = stack.http.post(stack.url(&path)).bearer_auth(&token).header("Idempotency-Key", "k");
         let res = req.json(&json!({ "reason": "mine" })).send().await.unwrap();
         assert_eq!(res.status(), StatusCode::FORBIDDEN, "{path}");
@@ -305,4 +317,173 @@ async fn admin_routes_refuse_customers_and_bad_requests() {
     assert_eq!(ids.len(), 3);
     assert_eq!(ids[2], saga_id, "the first saga comes last");
     assert!(second.get("next_cursor").is_none(), "{second}");
+}
+
+/// Sends a message that is no CloudEvent (no `ce_id` header) to the stack's
+/// `order` topic: both of its consumer groups (inventory, order's timeline)
+/// dead-letter it.
+async fn poison(stack: &Stack, key: &str) {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", &stack.kafka.brokers).create().unwrap();
+    let topic = sagaworks_outbox::kafka::topic_name(&stack.kafka, "order");
+    let record = FutureRecord::to(&topic).key(key).payload(r#"{"not":"an event"}"#);
+    producer.send(record, Duration::from_secs(10)).await.expect("sent");
+}
+
+async fn dead_letters(stack: &Stack, query: &str) -> Vec<Value> {
+    let (status, page) = stack.get(&format!("/v1/admin/dlq/order/messages?{query}")).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    page["messages"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn dead_letters_are_listed_discarded_and_replayed_through_the_gateway() {
+    let stack = Stack::start_with(|s| s.dead_letters.gauge_interval_ms = 100).await;
+    let key = format!("poison-{}", uuid::Uuid::new_v4().simple());
+    poison(&stack, &key).await;
+    let query = format!("key={key}");
+    let found = sagaworks_test_support::eventually("both groups dead-lettered it", WAIT, || async {
+        let found = dead_letters(&stack, &query).await;
+        (found.len() == 2).then_some(found)
+    })
+    .await;
+    let mut groups: Vec<&str> = found.iter().map(|m| m["group"].as_str().unwrap()).collect();
+    groups.sort();
+    assert_eq!(groups, ["inventory", "order-timeline"]);
+    for m in &found {
+        assert_eq!(m["error"], "header ce_id is missing", "{m}");
+        assert_eq!((m["state"].as_str(), m["key"].as_str()), (Some("pending"), Some(key.as_str())));
+        assert_eq!(m["payload"], r#"{"not":"an event"}"#);
+        assert_eq!(m["original"]["topic"], sagaworks_outbox::kafka::topic_name(&stack.kafka, "order"));
+    }
+    let (first, second) = (found[0]["id"].as_str().unwrap(), found[1]["id"].as_str().unwrap());
+    let (status, one) = stack.get(&format!("/v1/admin/dlq/order/messages/{first}")).await;
+    assert_eq!((status, &one), (StatusCode::OK, &found[0]));
+    let (_, topics) = stack.get("/v1/admin/dlq").await;
+    let order = topics["topics"].as_array().unwrap().iter().find(|t| t["topic"] == "order").unwrap().clone();
+    assert_eq!((order["messages"].as_u64(), order["pending"].as_u64()), (Some(2), Some(2)), "{topics}");
+    let metrics = faults::metrics(stack.order.http_port).await;
+    let series = format!("dlq_pending{{topic=\"{}\"}}", order["dlq_topic"].as_str().unwrap());
+    sagaworks_test_support::eventually("the dlq_pending gauge", WAIT, || async {
+        let text = faults::metrics(stack.order.http_port).await;
+        (faults::sample(&text, &series) == Some(2.0)).then_some(())
+    })
+    .await;
+    assert!(metrics.contains("dlq_size{"), "the DLQ size gauge is exported");
+
+    // Discard one: recorded, repeatable with its key, 409 with another.
+    let discard = format!("/v1/admin/dlq/order/messages/{first}/discard");
+    let body = json!({ "reason": "garbage from a test producer" });
+    let (status, done) = post(&stack, &discard, Some("d-1"), body.clone()).await;
+    assert_eq!(
+        (status, &done["state"], &done["replay"]),
+        (StatusCode::OK, &json!("discarded"), &json!(false))
+    );
+    let (status, again) = post(&stack, &discard, Some("d-1"), body.clone()).await;
+    assert_eq!((status, &again["replay"]), (StatusCode::OK, &json!(true)));
+    let (status, conflict) = post(&stack, &discard, Some("d-2"), body.clone()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{conflict}");
+    let (status, problem) = post(&stack, &discard, None, body).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    let (status, problem) = post(
+        &stack,
+        "/v1/admin/dlq/order/replay",
+        Some("r-0"),
+        json!({ "reason": "x", "id": first, "all": true }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+
+    // Replay the key: only the pending one goes; it is still poison, so it
+    // comes back as a new dead letter (with the replay's origin header).
+    let (status, replayed) =
+        post(&stack, "/v1/admin/dlq/order/replay", Some("r-1"), json!({ "reason": "try again", "key": key }))
+            .await;
+    assert_eq!((status, &replayed["replayed"]), (StatusCode::OK, &json!([second])), "{replayed}");
+    let back =
+        sagaworks_test_support::eventually("the replayed message dead-lettered again", WAIT, || async {
+            let pending = dead_letters(&stack, &format!("{query}&state=pending")).await;
+            (!pending.is_empty()).then_some(pending)
+        })
+        .await;
+    assert!(back[0]["headers"]["dlq_replayed_from"].as_str().unwrap().ends_with(&second.replace('-', "/")));
+    let states: Vec<(String, String)> = dead_letters(&stack, &query)
+        .await
+        .iter()
+        .take(2)
+        .map(|m| (m["state"].as_str().unwrap().into(), m["actions"][0]["actor"].as_str().unwrap().into()))
+        .collect();
+    assert_eq!(states, [("discarded".into(), "test-admin".into()), ("replayed".into(), "test-admin".into())]);
+    let audit: Vec<(String, String)> =
+        sqlx::query_as("SELECT action, reason FROM dead_letter_requests ORDER BY at")
+            .fetch_all(&stack.order_db.pool().await)
+            .await
+            .unwrap();
+    assert_eq!(
+        audit,
+        [("discard".into(), "garbage from a test producer".into()), ("replay".into(), "try again".into())]
+    );
+    let (status, _) = stack.get("/v1/admin/dlq/nope/messages").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = stack.get("/v1/admin/dlq/order/messages/0-99999").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = stack.get("/v1/admin/dlq/order/messages/zero").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+}
+
+/// Runs the operator CLI (`sagaworks-admin`, built next to this test's
+/// binary by `cargo build --workspace`) against the stack's gateway.
+fn cli(stack: &Stack, token: &str, args: &[&str]) -> (i32, String, String) {
+    let dir = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().to_path_buf();
+    let bin = dir.join("sagaworks-admin");
+    assert!(bin.exists(), "{} is missing: cargo build -p sagaworks-admin", bin.display());
+    let out = std::process::Command::new(bin)
+        .args(["--api", &stack.url(""), "--token", token])
+        .args(args)
+        .env_remove("SAGAWORKS_API")
+        .env_remove("SAGAWORKS_TOKEN")
+        .output()
+        .expect("the CLI runs");
+    let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+    (out.status.code().unwrap_or(-1), text(out.stdout), text(out.stderr))
+}
+
+#[tokio::test]
+async fn the_cli_finds_a_stuck_saga_and_retries_it_with_exit_codes_that_mean_something() {
+    let (stack, _, customer, order_id) = stuck_before_charge().await;
+    let admin = auth::admin_token();
+    sagaworks_test_support::eventually("the saga counts as stuck", WAIT, || async {
+        (!stuck_sagas(&stack).await.is_empty()).then_some(())
+    })
+    .await;
+
+    let (code, table, err) = cli(&stack, &admin, &["sagas", "list", "--status", "stuck"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(table.contains(&order_id[..8]) && table.contains("charge_payment"), "{table}");
+    let (code, json, err) = cli(&stack, &admin, &["--json", "sagas", "list", "--status", "stuck"]);
+    assert_eq!(code, 0, "{err}");
+    let page: Value = serde_json::from_str(&json).unwrap();
+    let saga_id = page["sagas"][0]["saga_id"].as_str().unwrap().to_string();
+    assert_eq!(page["sagas"][0]["order_id"], order_id.as_str());
+
+    let (code, out, err) =
+        cli(&stack, &admin, &["sagas", "retry", &saga_id, "--reason", "payment is back", "--key", "cli-1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let order = stack.settled(&order_id).await;
+    assert_eq!(order["status"], "CONFIRMED", "{order}");
+    let (code, _, err) = cli(&stack, &admin, &["sagas", "show", &saga_id]);
+    assert_eq!(code, 0, "{err}");
+
+    // Exit codes: 4 conflict (finished saga), 3 not found, 5 not an admin.
+    let (code, _, err) = cli(&stack, &admin, &["sagas", "compensate", &saga_id, "--reason", "too late"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("has finished"), "{err}");
+    let (code, _, _) = cli(&stack, &admin, &["sagas", "show", &uuid::Uuid::new_v4().to_string()]);
+    assert_eq!(code, 3);
+    let (code, _, _) = cli(&stack, &auth::customer_token(&customer), &["dlq", "topics"]);
+    assert_eq!(code, 5);
+    let (code, topics, err) = cli(&stack, &admin, &["dlq", "topics"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(topics.contains("reservation") && topics.contains("payment"), "{topics}");
 }

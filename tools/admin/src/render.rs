@@ -1,0 +1,536 @@
+//! Human output: aligned tables and header lines, each function answering the
+//! text to print (so tests can check it). Times are UTC (`2026-12-04
+//! 19:00:00`), spans short (`45s`, `12m05s`, `3h04m`, `2d03h`); long errors
+//! are cut in tables: `--json` has them whole.
+
+use crate::client::{
+    DeadLetter, DiscardResult, DlqTopic, Error, Problem, ReplayResult, SagaActionResult, SagaDetail,
+    SagaSummary,
+};
+use chrono::{DateTime, Utc};
+use std::fmt::Write as _;
+
+/// A table of left-aligned columns, two spaces apart, with a header row.
+#[derive(Debug, Clone, Default)]
+pub struct Table {
+    headers: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new<const N: usize>(headers: [&str; N]) -> Self {
+        Self { headers: headers.iter().map(|h| h.to_string()).collect(), rows: Vec::new() }
+    }
+
+    /// Adds a row; control characters (newlines in an error) become spaces.
+    /// Missing cells are empty, extra ones dropped.
+    pub fn row(&mut self, cells: impl IntoIterator<Item = String>) -> &mut Self {
+        let mut row: Vec<String> = cells.into_iter().map(|c| one_line(&c)).take(self.headers.len()).collect();
+        row.resize(self.headers.len(), String::new());
+        self.rows.push(row);
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The table, one line per row, each ending in a newline; no trailing blanks.
+    pub fn render(&self) -> String {
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        for row in std::iter::once(&self.headers).chain(&self.rows) {
+            let mut line = String::new();
+            for (i, (cell, width)) in row.iter().zip(&widths).enumerate() {
+                if i > 0 {
+                    line.push_str("  ");
+                }
+                let _ = write!(line, "{cell:<width$}");
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// `s` on one line: control characters (newlines, tabs) become spaces.
+fn one_line(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
+/// At most `max` characters, the last one `…` when cut.
+pub fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut cut: String = s.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// A span of whole seconds, short: `45s`, `12m05s`, `3h04m`, `2d03h`.
+pub fn span(secs: i64) -> String {
+    let secs = secs.max(0);
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m{:02}s", secs / 60, secs % 60),
+        3600..86_400 => format!("{}h{:02}m", secs / 3600, secs % 3600 / 60),
+        _ => format!("{}d{:02}h", secs / 86_400, secs % 86_400 / 3600),
+    }
+}
+
+/// How long from `start` to `end`: `850ms`, `3.2s`, then as [`span`].
+pub fn took(start: Option<DateTime<Utc>>, end: Option<DateTime<Utc>>) -> String {
+    let (Some(start), Some(end)) = (start, end) else { return "-".into() };
+    let ms = (end - start).num_milliseconds().max(0);
+    match ms {
+        0..1000 => format!("{ms}ms"),
+        1000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        _ => span(ms / 1000),
+    }
+}
+
+/// A UTC time to the second, or `-`.
+pub fn time(t: Option<DateTime<Utc>>) -> String {
+    t.map_or_else(|| "-".into(), |t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+}
+
+fn or_dash(s: Option<&str>) -> String {
+    s.filter(|s| !s.is_empty()).unwrap_or("-").to_string()
+}
+
+/// `sagas list`.
+pub fn saga_list(sagas: &[SagaSummary]) -> String {
+    if sagas.is_empty() {
+        return "No sagas.\n".into();
+    }
+    let mut table = Table::new(["SAGA", "ORDER", "STATUS", "STEP", "ATTEMPTS", "AGE", "IDLE", "LAST ERROR"]);
+    for s in sagas {
+        let error = s.last_error.as_deref().or(s.failure_reason.as_deref());
+        table.row([
+            s.saga_id.clone(),
+            s.order_id.clone(),
+            s.status.clone(),
+            or_dash(s.current_step.as_deref()),
+            s.attempts.to_string(),
+            span(s.age_secs),
+            span(s.idle_secs),
+            truncate(&or_dash(error), 60),
+        ]);
+    }
+    table.render()
+}
+
+/// `sagas show`: header lines, the steps' attempts, the operators' actions.
+pub fn saga_detail(saga: &SagaDetail) -> String {
+    let mut out = String::new();
+    let mut line = |name: &str, value: String| {
+        let _ = writeln!(out, "{name:<9} {value}");
+    };
+    line("saga", saga.saga_id.clone());
+    line("order", saga.order_id.clone());
+    line("status", saga.status.clone());
+    line("step", or_dash(saga.current_step.as_deref()));
+    if let Some(reason) = saga.failure_reason.as_deref().filter(|r| !r.is_empty()) {
+        line("failure", reason.to_string());
+    }
+    line("created", time(saga.created_at));
+    line("progress", time(saga.progressed_at));
+    line("trace", or_dash(saga.trace_url.as_deref().or(saga.trace_id.as_deref())));
+
+    let mut steps = Table::new(["STEP", "ATTEMPT", "STARTED", "ENDED", "TOOK", "OUTCOME", "ERROR"]);
+    for step in &saga.steps {
+        if step.history.is_empty() {
+            steps.row([
+                step.name.clone(),
+                "-".into(),
+                time(step.started_at),
+                time(step.finished_at),
+                took(step.started_at, step.finished_at),
+                step.status.to_lowercase(),
+                truncate(&or_dash(step.error.as_deref()), 80),
+            ]);
+        }
+        for attempt in &step.history {
+            let outcome = match attempt.outcome.as_str() {
+                "" if attempt.ended_at.is_none() => "running".to_string(),
+                outcome => or_dash(Some(outcome)),
+            };
+            steps.row([
+                step.name.clone(),
+                attempt.attempt.to_string(),
+                time(attempt.started_at),
+                time(attempt.ended_at),
+                took(attempt.started_at, attempt.ended_at),
+                outcome,
+                truncate(&or_dash(attempt.error.as_deref()), 80),
+            ]);
+        }
+    }
+    out.push('\n');
+    if steps.is_empty() {
+        out.push_str("No steps yet.\n");
+    } else {
+        out.push_str(&steps.render());
+    }
+
+    out.push('\n');
+    if saga.actions.is_empty() {
+        out.push_str("No operator actions.\n");
+    } else {
+        let mut actions = Table::new(["AT", "ACTION", "STEP", "ACTOR", "REASON"]);
+        for a in &saga.actions {
+            actions.row([
+                time(a.at),
+                a.action.clone(),
+                a.step.clone(),
+                a.actor.clone(),
+                truncate(&a.reason, 80),
+            ]);
+        }
+        out.push_str("Operator actions:\n");
+        out.push_str(&actions.render());
+    }
+    out
+}
+
+/// `sagas retry|compensate|resolve`: what was done, then the saga.
+pub fn saga_action(action: &str, result: &SagaActionResult) -> String {
+    let mut out = if result.replayed {
+        format!(
+            "{action} of step {}: this Idempotency-Key was used before, nothing was done again; the saga now:\n\n",
+            result.step
+        )
+    } else {
+        format!("{action} of step {}: done; the saga now:\n\n", result.step)
+    };
+    out.push_str(&saga_detail(&result.saga));
+    out
+}
+
+/// `dlq topics`.
+pub fn dlq_topics(topics: &[DlqTopic]) -> String {
+    if topics.is_empty() {
+        return "No dead-letter topics.\n".into();
+    }
+    let mut table = Table::new(["TOPIC", "DLQ TOPIC", "MESSAGES", "PENDING"]);
+    for t in topics {
+        table.row([t.topic.clone(), t.dlq_topic.clone(), t.messages.to_string(), t.pending.to_string()]);
+    }
+    table.render()
+}
+
+/// `dlq list`.
+pub fn dead_letter_list(messages: &[DeadLetter]) -> String {
+    if messages.is_empty() {
+        return "No dead letters.\n".into();
+    }
+    let mut table =
+        Table::new(["ID", "STATE", "KEY", "EVENT TYPE", "GROUP", "ATTEMPTS", "DEAD-LETTERED", "ERROR"]);
+    for m in messages {
+        table.row([
+            m.id.clone(),
+            m.state.clone(),
+            or_dash(m.key.as_deref()),
+            or_dash(m.event_type.as_deref()),
+            or_dash(m.group.as_deref()),
+            m.attempts.to_string(),
+            time(m.dead_lettered_at),
+            truncate(&or_dash(Some(&m.error)), 60),
+        ]);
+    }
+    table.render()
+}
+
+/// `dlq show`: header lines, the Kafka headers, the payload (pretty when it
+/// is JSON) and the operators' actions.
+pub fn dead_letter(m: &DeadLetter) -> String {
+    let mut out = String::new();
+    let mut line = |name: &str, value: String| {
+        let _ = writeln!(out, "{name:<14} {value}");
+    };
+    line("id", m.id.clone());
+    line("state", m.state.clone());
+    line("topic", format!("{} (dead letters in {})", m.topic, m.dlq_topic));
+    line("key", or_dash(m.key.as_deref()));
+    if let Some(o) = &m.original {
+        line("original", format!("{} partition {} offset {}", o.topic, o.partition, o.offset));
+    }
+    line("group", or_dash(m.group.as_deref()));
+    line("event", format!("{} {}", or_dash(m.event_type.as_deref()), or_dash(m.event_id.as_deref())));
+    line("attempts", m.attempts.to_string());
+    line("dead-lettered", time(m.dead_lettered_at));
+    line("error", one_line(&m.error));
+
+    out.push_str("\nHeaders:\n");
+    if m.headers.is_empty() {
+        out.push_str("  (none)\n");
+    }
+    for (name, value) in &m.headers {
+        let _ = writeln!(out, "  {name}: {}", one_line(value));
+    }
+
+    let cut = if m.payload_truncated { ", cut to the first 64 KiB" } else { "" };
+    let _ = writeln!(out, "\nPayload ({} bytes{cut}):", m.payload_bytes);
+    out.push_str(&payload(&m.payload));
+    out.push('\n');
+
+    if !m.actions.is_empty() {
+        let mut actions = Table::new(["AT", "ACTION", "ACTOR", "REASON"]);
+        for a in &m.actions {
+            actions.row([time(a.at), a.action.clone(), a.actor.clone(), truncate(&a.reason, 80)]);
+        }
+        out.push_str("\nOperator actions:\n");
+        out.push_str(&actions.render());
+    }
+    out
+}
+
+/// A payload: pretty-printed when it is JSON, else as it is.
+pub fn payload(text: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(json) => serde_json::to_string_pretty(&json).unwrap_or_else(|_| text.to_string()),
+        Err(_) => text.to_string(),
+    }
+}
+
+/// `dlq replay`.
+pub fn replay_result(topic: &str, result: &ReplayResult) -> String {
+    let mut out = match result.replayed.len() {
+        0 => format!("Nothing pending to replay in {topic}.\n"),
+        n => format!("Replayed {n} message(s) to {topic}: {}\n", result.replayed.join(", ")),
+    };
+    if result.replay {
+        out.push_str("(this Idempotency-Key was used before: that earlier answer; nothing was sent again)\n");
+    }
+    out
+}
+
+/// `dlq discard`.
+pub fn discard_result(topic: &str, result: &DiscardResult) -> String {
+    let mut out = format!("{topic} {}: {}\n", result.id, result.state);
+    if result.replay {
+        out.push_str("(this Idempotency-Key was used before: that earlier answer)\n");
+    }
+    out
+}
+
+/// An error answer, for stderr: title and status, detail, invalid fields, when to retry.
+pub fn problem(p: &Problem) -> String {
+    let mut out = format!("{} (HTTP {})\n", p.title, p.status);
+    if let Some(detail) = &p.detail {
+        let _ = writeln!(out, "  {detail}");
+    }
+    for e in &p.errors {
+        let _ = writeln!(out, "  {}: {}", e.field, e.message);
+    }
+    if let Some(secs) = p.retry_after {
+        let _ = writeln!(out, "  retry after {secs}s");
+    }
+    out
+}
+
+/// A failed command, for stderr: `error: ...` and its causes, one per line.
+pub fn error(e: &Error) -> String {
+    let kind = match e {
+        Error::NotFound(_) => "not found",
+        Error::Conflict(_) => "conflict (nothing changed)",
+        Error::Auth(_) => "not allowed (check the token and its admin role)",
+        Error::Unavailable(_) => "unavailable (try again later)",
+        Error::Api(_) => "the API answered with an error",
+        Error::Network { .. } | Error::Protocol { .. } | Error::Setup(_) => "",
+    };
+    if let Some(p) = e.problem() {
+        return format!("error: {kind}: {}", problem(p));
+    }
+    let mut out = format!("error: {e}");
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let _ = write!(out, ": {cause}");
+        source = cause.source();
+    }
+    if let Error::Network { source, .. } = e
+        && source.is_timeout()
+    {
+        out.push_str(" (no answer in time: see --timeout-secs)");
+    }
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{FieldError, SagaAttempt, SagaOperatorAction, SagaStep};
+
+    fn at(s: &str) -> Option<DateTime<Utc>> {
+        Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn tables_align_columns_without_trailing_blanks() {
+        let mut table = Table::new(["ID", "STATUS", "ERROR"]);
+        table.row(["1".to_string(), "RUNNING".into(), "timeout\ncalling payment".into()]);
+        table.row(["1234".to_string(), "OK".into(), String::new()]);
+        table.row(["5".to_string()]);
+        assert_eq!(
+            table.render(),
+            "ID    STATUS   ERROR\n\
+             1     RUNNING  timeout calling payment\n\
+             1234  OK\n\
+             5\n"
+        );
+    }
+
+    #[test]
+    fn truncation_counts_characters() {
+        assert_eq!(truncate("short", 10), "short");
+        assert_eq!(truncate("exactly10!", 10), "exactly10!");
+        assert_eq!(truncate("ünïcödé strïng", 8), "ünïcödé…");
+    }
+
+    #[test]
+    fn spans_and_durations() {
+        assert_eq!(span(-3), "0s");
+        assert_eq!(span(45), "45s");
+        assert_eq!(span(725), "12m05s");
+        assert_eq!(span(3 * 3600 + 4 * 60 + 59), "3h04m");
+        assert_eq!(span(2 * 86_400 + 3 * 3600), "2d03h");
+        let start = at("2026-12-04T19:00:00Z");
+        assert_eq!(took(start, at("2026-12-04T19:00:00.850Z")), "850ms");
+        assert_eq!(took(start, at("2026-12-04T19:00:03.240Z")), "3.2s");
+        assert_eq!(took(start, at("2026-12-04T19:02:05Z")), "2m05s");
+        assert_eq!(took(start, None), "-");
+    }
+
+    #[test]
+    fn saga_list_table() {
+        let sagas = [SagaSummary {
+            saga_id: "s-1".into(),
+            order_id: "o-1".into(),
+            status: "RUNNING".into(),
+            current_step: Some("charge_payment".into()),
+            attempts: 3,
+            last_error: Some("payment: deadline exceeded".into()),
+            age_secs: 725,
+            idle_secs: 61,
+            ..Default::default()
+        }];
+        assert_eq!(
+            saga_list(&sagas),
+            "SAGA  ORDER  STATUS   STEP            ATTEMPTS  AGE     IDLE   LAST ERROR\n\
+             s-1   o-1    RUNNING  charge_payment  3         12m05s  1m01s  payment: deadline exceeded\n"
+        );
+        assert_eq!(saga_list(&[]), "No sagas.\n");
+    }
+
+    #[test]
+    fn saga_detail_shows_attempts_and_actions() {
+        let saga = SagaDetail {
+            saga_id: "s-1".into(),
+            order_id: "o-1".into(),
+            status: "RUNNING".into(),
+            current_step: Some("charge_payment".into()),
+            trace_url: Some("http://jaeger/trace/abc".into()),
+            steps: vec![
+                SagaStep {
+                    name: "reserve_stock".into(),
+                    history: vec![SagaAttempt {
+                        attempt: 1,
+                        started_at: at("2026-12-04T19:00:00Z"),
+                        ended_at: at("2026-12-04T19:00:00.120Z"),
+                        outcome: "succeeded".into(),
+                        error: None,
+                    }],
+                    ..Default::default()
+                },
+                SagaStep {
+                    name: "charge_payment".into(),
+                    history: vec![SagaAttempt {
+                        attempt: 1,
+                        started_at: at("2026-12-04T19:00:01Z"),
+                        ended_at: None,
+                        outcome: String::new(),
+                        error: None,
+                    }],
+                    ..Default::default()
+                },
+            ],
+            actions: vec![SagaOperatorAction {
+                action: "RETRY".into(),
+                step: "charge_payment".into(),
+                actor: "ops".into(),
+                reason: "provider back".into(),
+                at: at("2026-12-04T19:05:00Z"),
+            }],
+            ..Default::default()
+        };
+        let text = saga_detail(&saga);
+        assert!(
+            text.starts_with("saga      s-1\norder     o-1\nstatus    RUNNING\nstep      charge_payment\n"),
+            "{text}"
+        );
+        assert!(text.contains("trace     http://jaeger/trace/abc\n"), "{text}");
+        assert!(
+            text.contains(
+                "STEP            ATTEMPT  STARTED              ENDED                TOOK   OUTCOME    ERROR\n\
+             reserve_stock   1        2026-12-04 19:00:00  2026-12-04 19:00:00  120ms  succeeded  -\n\
+             charge_payment  1        2026-12-04 19:00:01  -                    -      running    -\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("2026-12-04 19:05:00  RETRY   charge_payment  ops    provider back\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn json_payloads_are_pretty_printed() {
+        assert_eq!(payload(r#"{"a":1}"#), "{\n  \"a\": 1\n}");
+        assert_eq!(payload("not json"), "not json");
+    }
+
+    #[test]
+    fn a_dead_letter_shows_headers_and_pretty_payload() {
+        let message = DeadLetter {
+            id: "0-3".into(),
+            topic: "order".into(),
+            dlq_topic: "order.dlq".into(),
+            key: Some("k".into()),
+            error: "bad\nprice".into(),
+            headers: [("ce_type".to_string(), "order.placed".to_string())].into(),
+            payload: r#"{"total":1}"#.into(),
+            payload_bytes: 11,
+            state: "pending".into(),
+            ..Default::default()
+        };
+        let text = dead_letter(&message);
+        assert!(text.starts_with("id             0-3\nstate          pending\n"), "{text}");
+        assert!(text.contains("error          bad price\n"), "{text}");
+        assert!(text.contains("\nHeaders:\n  ce_type: order.placed\n"), "{text}");
+        assert!(text.ends_with("\nPayload (11 bytes):\n{\n  \"total\": 1\n}\n"), "{text}");
+    }
+
+    #[test]
+    fn problems_are_readable() {
+        let problem = Problem {
+            status: 422,
+            title: "Invalid request".into(),
+            detail: Some("see errors".into()),
+            errors: vec![FieldError { field: "limit".into(), message: "too big".into() }],
+            retry_after: None,
+            raw: serde_json::Value::Null,
+        };
+        assert_eq!(
+            error(&Error::from_problem(problem)),
+            "error: the API answered with an error: Invalid request (HTTP 422)\n  see errors\n  limit: too big\n"
+        );
+    }
+}
