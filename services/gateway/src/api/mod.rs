@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod dlq;
+pub mod inspector;
 pub mod orders;
 pub mod sagas;
 
@@ -158,6 +159,7 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::guard));
     Router::new()
         .merge(guarded)
+        .merge(inspector::routes())
         .route("/openapi.json", get(|| async { axum::Json(ApiDoc::openapi()) }))
         .fallback(|| async { ApiError::NotFound("no such resource".into()) })
         .layer(DefaultBodyLimit::max(limit))
