@@ -90,9 +90,36 @@ async fn order_db_state(stack: &Stack, saga_id: &str) -> String {
     .unwrap()
 }
 
+/// Inventory is down and the saga waits it out (many attempts of
+/// `reserve_stock`, an hour apart) instead of cancelling the order.
+async fn stuck_on_an_inventory_outage() -> (Stack, String, String, String) {
+    let mut stack = Stack::start_with(|s| {
+        s.saga.step_attempts = [("reserve_stock".to_string(), 100)].into();
+        (s.saga.retry_base_ms, s.saga.retry_max_ms) = (3_600_000, 3_600_000);
+        s.saga.step_deadline_ms = 7_200_000;
+        s.saga.stuck_after_ms = STUCK_AFTER_MS;
+        s.saga.max_wait_ms = 200;
+    })
+    .await;
+    let product = stack.product(100, 10).await;
+    let customer = stack.customer(1_000).await;
+    // A first order goes through: inventory and its consumer are at work.
+    let (_, first) = stack.place(&customer, &product, 1).await;
+    stack.settled(first["order_id"].as_str().unwrap()).await;
+    sagaworks_test_support::eventually("the first order's stock at rest", WAIT, || async {
+        (stack.stock(&product).await == (9, 0, 1)).then_some(())
+    })
+    .await;
+    stack.inventory.stop().await;
+    let (_, order) = stack.place(&customer, &product, 2).await;
+    assert_eq!(order["status"], "PENDING", "{order}");
+    let order_id = order["order_id"].as_str().unwrap().to_string();
+    (stack, product, customer, order_id)
+}
+
 #[tokio::test]
-async fn a_stuck_saga_is_found_and_retried_now_to_confirmed() {
-    let (stack, product, customer, order_id) = stuck_before_charge().await;
+async fn a_saga_stuck_on_a_participant_outage_is_found_and_retried_now_to_confirmed() {
+    let (mut stack, product, customer, order_id) = stuck_on_an_inventory_outage().await;
     let stuck =
         sagaworks_test_support::eventually("the saga to count as stuck", Duration::from_secs(20), || async {
             let sagas = stuck_sagas(&stack).await;
@@ -101,7 +128,8 @@ async fn a_stuck_saga_is_found_and_retried_now_to_confirmed() {
         .await;
     assert_eq!(stuck["order_id"], order_id.as_str(), "{stuck}");
     assert_eq!(stuck["status"], "RUNNING");
-    assert_eq!(stuck["current_step"], "charge_payment");
+    assert_eq!(stuck["current_step"], "reserve_stock");
+    assert!(stuck["last_error"].as_str().is_some_and(|e| !e.is_empty()), "why it is stuck: {stuck}");
     assert!(stuck["idle_secs"].is_number() && stuck["age_secs"].is_number(), "{stuck}");
     let saga_id = stuck["saga_id"].as_str().unwrap().to_string();
     // The gauge counts it too.
@@ -110,26 +138,32 @@ async fn a_stuck_saga_is_found_and_retried_now_to_confirmed() {
         (faults::sample(&text, "saga_stuck{saga=\"place_order\"}") == Some(1.0)).then_some(())
     })
     .await;
-    let (_, running) = stack.get("/v1/admin/sagas?status=RUNNING&step=charge_payment").await;
+    let (_, running) = stack.get("/v1/admin/sagas?status=RUNNING&step=reserve_stock").await;
     assert_eq!(running["sagas"].as_array().map(Vec::len), Some(1), "{running}");
     let (_, done) = stack.get("/v1/admin/sagas?status=COMPLETED").await;
-    assert_eq!(done["sagas"].as_array().map(Vec::len), Some(0), "{done}");
+    let done: Vec<&Value> = done["sagas"].as_array().unwrap().iter().collect();
+    assert_eq!(done.len(), 1, "only the first order's: {done:?}");
+    assert_ne!(done[0]["order_id"], order_id.as_str());
 
     // Without an Idempotency-Key an action is refused, and nothing changes.
     let before = order_db_state(&stack, &saga_id).await;
     let path = format!("/v1/admin/sagas/{saga_id}/retry");
-    let (status, problem) = post(&stack, &path, None, json!({ "reason": "payment is back" })).await;
+    let (status, problem) = post(&stack, &path, None, json!({ "reason": "inventory is back" })).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
     assert_eq!(order_db_state(&stack, &saga_id).await, before);
 
-    let (status, acted) = post(&stack, &path, Some("retry-1"), json!({ "reason": "payment is back" })).await;
+    // Inventory comes back; the operator does not wait out the hour.
+    stack.inventory =
+        system_tests::start_inventory(&stack.inventory_db, &stack.kafka, stack.inventory.grpc_port).await;
+    let (status, acted) =
+        post(&stack, &path, Some("retry-1"), json!({ "reason": "inventory is back" })).await;
     assert_eq!(status, StatusCode::OK, "{acted}");
-    assert_eq!((acted["step"].as_str(), acted["replayed"].as_bool()), (Some("charge_payment"), Some(false)));
+    assert_eq!((acted["step"].as_str(), acted["replayed"].as_bool()), (Some("reserve_stock"), Some(false)));
     let order = stack.settled(&order_id).await;
     assert_eq!(order["status"], "CONFIRMED", "{order}");
-    assert_eq!(stack.balance(&customer).await, 800, "charged once");
+    assert_eq!(stack.balance(&customer).await, 700, "charged once (and once for the first order)");
     sagaworks_test_support::eventually("stock at rest", Duration::from_secs(30), || async {
-        (stack.stock(&product).await == (8, 0, 2)).then_some(())
+        (stack.stock(&product).await == (7, 0, 3)).then_some(())
     })
     .await;
 
@@ -139,21 +173,24 @@ async fn a_stuck_saga_is_found_and_retried_now_to_confirmed() {
     assert_eq!(actions.len(), 1, "{detail}");
     assert_eq!(
         (actions[0]["action"].as_str(), actions[0]["step"].as_str()),
-        (Some("RETRY"), Some("charge_payment"))
+        (Some("RETRY"), Some("reserve_stock"))
     );
     assert_eq!(actions[0]["actor"], "test-admin", "the admin token's subject");
-    assert_eq!(actions[0]["reason"], "payment is back");
-    let charge = detail["steps"].as_array().unwrap().iter().find(|s| s["name"] == "charge_payment").unwrap();
-    assert_eq!(charge["history"].as_array().unwrap().last().unwrap()["outcome"], "succeeded", "{detail}");
+    assert_eq!(actions[0]["reason"], "inventory is back");
+    let reserve = detail["steps"].as_array().unwrap().iter().find(|s| s["name"] == "reserve_stock").unwrap();
+    let history = reserve["history"].as_array().unwrap();
+    assert_eq!(history.first().unwrap()["outcome"], "unavailable", "the outage: {detail}");
+    assert_eq!(history.last().unwrap()["outcome"], "succeeded", "{detail}");
     assert!(
         timeline(&stack, &order_id)
             .await
             .contains(&("SagaRetriedByOperator".into(), "operator:test-admin".into())),
         "the timeline shows the action"
     );
-    let (status, again) = post(&stack, &path, Some("retry-1"), json!({ "reason": "payment is back" })).await;
+    let (status, again) =
+        post(&stack, &path, Some("retry-1"), json!({ "reason": "inventory is back" })).await;
     assert_eq!((status, again["replayed"].as_bool()), (StatusCode::OK, Some(true)), "{again}");
-    assert_eq!(stack.balance(&customer).await, 800);
+    assert_eq!(stack.balance(&customer).await, 700);
 }
 
 #[tokio::test]

@@ -248,6 +248,18 @@ impl<S: Saga> Definition<S> {
         }
     }
 
+    /// Sets forward step `name`'s `max_attempts` (from the settings).
+    pub(crate) fn set_max_attempts(&mut self, name: &str, max_attempts: u32) -> Result<(), String> {
+        let step = self.steps.iter_mut().find(|s| s.name == name).ok_or_else(|| {
+            format!("saga.step_attempts: {name:?} is no forward step of saga {:?}", S::NAME)
+        })?;
+        if max_attempts == 0 {
+            return Err(format!("saga.step_attempts: {name:?} must have at least 1 attempt"));
+        }
+        step.options.max_attempts = max_attempts;
+        Ok(())
+    }
+
     /// The pivot's index.
     pub(crate) fn pivot(&self) -> usize {
         self.steps.iter().position(|s| s.kind == StepKind::Pivot).unwrap_or(self.steps.len())

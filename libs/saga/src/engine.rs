@@ -183,10 +183,15 @@ pub(crate) fn transition<S: Saga>(
                 Ok(_) => Next::Complete,
                 // After the pivot there is no way back: retried until it succeeds.
                 Err(_) if step.kind == StepKind::Retriable => Next::Retry,
-                Err(StepError::Rejected(reason)) => match def.last_compensation_before(i) {
-                    Some(first) => Next::Compensate { first, reason: reason.clone() },
-                    None => Next::Cancel { reason: reason.clone() },
-                },
+                Err(StepError::Unavailable(_)) if !give_up && attempts < step.options.max_attempts => {
+                    Next::Retry
+                }
+                Err(StepError::Rejected(reason) | StepError::Unavailable(reason)) => {
+                    match def.last_compensation_before(i) {
+                        Some(first) => Next::Compensate { first, reason: reason.clone() },
+                        None => Next::Cancel { reason: reason.clone() },
+                    }
+                }
                 // A pivot without compensation cannot be undone: retried until it succeeds or is rejected.
                 Err(StepError::Failed(_)) if step.kind == StepKind::Pivot && step.compensation.is_none() => {
                     Next::Retry
@@ -205,7 +210,7 @@ pub(crate) fn transition<S: Saga>(
                 Some(next) => Next::Step(next),
                 None => Next::Compensated,
             },
-            Err(StepError::Failed(_)) => Next::Retry,
+            Err(StepError::Failed(_) | StepError::Unavailable(_)) => Next::Retry,
         },
     }
 }
@@ -240,9 +245,12 @@ pub struct SettingsError(String);
 impl<S: Saga> Engine<S> {
     pub fn new(
         pool: PgPool,
-        definition: Definition<S>,
+        mut definition: Definition<S>,
         settings: SagaSettings,
     ) -> Result<Self, SettingsError> {
+        for (step, attempts) in &settings.step_attempts {
+            definition.set_max_attempts(step, *attempts).map_err(SettingsError)?;
+        }
         let names = definition.shape().names();
         let faults = Faults::parse(&settings.crash_point, &settings.faults, &names).map_err(SettingsError)?;
         if !faults.is_off() {
@@ -650,6 +658,17 @@ impl<S: Saga> Engine<S> {
         let plan = self.inner.faults.plan(id, name);
         if plan.reject {
             return Err(StepError::Rejected(format!("{name}: rejected by fault injection")));
+        }
+        if plan.unavailable {
+            return Err(match state.at {
+                Position::Forward(_) => {
+                    StepError::Unavailable(format!("{name}: not sent by fault injection"))
+                }
+                // A compensation that was not sent has undone nothing yet.
+                Position::Compensation(_) => {
+                    StepError::Failed(format!("{name}: not sent by fault injection"))
+                }
+            });
         }
         let started = Instant::now();
         let run = || async {
@@ -1066,6 +1085,7 @@ fn label(outcome: &Result<Value, StepError>) -> &'static str {
     match outcome {
         Ok(_) => "succeeded",
         Err(StepError::Rejected(_)) => "rejected",
+        Err(StepError::Unavailable(_)) => "unavailable",
         Err(StepError::Failed(_)) => "failed",
     }
 }

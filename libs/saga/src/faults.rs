@@ -9,6 +9,7 @@
 //! | fault | effect |
 //! |---|---|
 //! | `reject:<step>[:n]` | the first `n` (1) attempts of the step in each instance are rejected without being sent |
+//! | `unavailable:<step>[:n]` | the first `n` (1) attempts are not sent, as if the participant could not be reached |
 //! | `fail:<step>[:n]` | the first `n` (1) attempts run, then report a failure that may have had an effect (a timeout after sending) |
 //! | `duplicate:<step>` | every attempt runs twice (a duplicate delivery); the second answer counts |
 //! | `late:<step>` | the step's deadline counts as passed once it has started |
@@ -31,6 +32,7 @@ pub(crate) enum When {
 pub(crate) struct Faults {
     pub(crate) crash: Option<(When, String)>,
     reject: HashMap<String, u32>,
+    unavailable: HashMap<String, u32>,
     fail: HashMap<String, u32>,
     duplicate: HashSet<String>,
     late: HashSet<String>,
@@ -42,6 +44,7 @@ pub(crate) struct Faults {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Plan {
     pub(crate) reject: bool,
+    pub(crate) unavailable: bool,
     pub(crate) fail_after: bool,
     pub(crate) twice: bool,
 }
@@ -79,6 +82,7 @@ impl Faults {
             };
             match kind {
                 Some("reject") => _ = f.reject.insert(step, n),
+                Some("unavailable") => _ = f.unavailable.insert(step, n),
                 Some("fail") => _ = f.fail.insert(step, n),
                 Some("duplicate") => _ = f.duplicate.insert(step),
                 Some("late") => _ = f.late.insert(step),
@@ -91,6 +95,7 @@ impl Faults {
     pub(crate) fn is_off(&self) -> bool {
         self.crash.is_none()
             && self.reject.is_empty()
+            && self.unavailable.is_empty()
             && self.fail.is_empty()
             && self.duplicate.is_empty()
             && self.late.is_empty()
@@ -98,7 +103,11 @@ impl Faults {
 
     /// Counts one attempt of `step` of instance `id` and says what to do with it.
     pub(crate) fn plan(&self, id: Uuid, step: &str) -> Plan {
-        if self.reject.is_empty() && self.fail.is_empty() && self.duplicate.is_empty() {
+        if self.reject.is_empty()
+            && self.unavailable.is_empty()
+            && self.fail.is_empty()
+            && self.duplicate.is_empty()
+        {
             return Plan::default();
         }
         let attempt = {
@@ -109,6 +118,7 @@ impl Faults {
         };
         Plan {
             reject: self.reject.get(step).is_some_and(|&n| attempt <= n),
+            unavailable: self.unavailable.get(step).is_some_and(|&n| attempt <= n),
             fail_after: self.fail.get(step).is_some_and(|&n| attempt <= n),
             twice: self.duplicate.contains(step),
         }

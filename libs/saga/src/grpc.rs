@@ -1,8 +1,8 @@
 //! A participant's gRPC answer as a [`StepError`].
 //!
 //! A forward call the resilience stack never sent (breaker open, bulkhead
-//! full, or no attempt could connect) had no effect: `Rejected`, nothing to
-//! compensate for it. Anything that may have reached the participant (a
+//! full, or no attempt could connect) had no effect: `Unavailable`, retried
+//! while the step has attempts left, then nothing to compensate for it. Anything that may have reached the participant (a
 //! timeout, an open breaker that cut the retries of an attempt that timed
 //! out, a broken connection) is `Failed`. A compensation that was not sent
 //! has undone nothing yet, so it is `Failed` (retried), never `Rejected`.
@@ -35,7 +35,7 @@ pub fn step_error(step: &str, direction: Direction, status: &tonic::Status) -> S
     if sagaworks_resilience::never_sent(status) {
         return match direction {
             Direction::Compensation => StepError::Failed(format!("{what}; not sent")),
-            Direction::Forward => StepError::Rejected(format!("{what}; not sent")),
+            Direction::Forward => StepError::Unavailable(format!("{what}; not sent")),
         };
     }
     if why.is_some() {
@@ -86,13 +86,17 @@ mod tests {
         Rejection::CircuitOpen { retry_after: Duration::from_secs(1) }.to_status("payment")
     }
 
+    fn unavailable(e: &StepError, part: &str) -> bool {
+        matches!(e, StepError::Unavailable(m) if m.contains(part))
+    }
+
     #[test]
-    fn a_forward_call_that_was_never_sent_had_no_effect() {
+    fn a_forward_call_that_was_never_sent_had_no_effect_and_may_be_tried_again() {
         let refused = from_stack(tonic::Status::unavailable("connection refused"), "no");
-        assert!(rejected(&step_error("charge", Forward, &refused), "not sent"));
-        assert!(rejected(&step_error("charge", Forward, &from_stack(open(), "no")), "circuit open"));
+        assert!(unavailable(&step_error("charge", Forward, &refused), "not sent"));
+        assert!(unavailable(&step_error("charge", Forward, &from_stack(open(), "no")), "circuit open"));
         let full = from_stack(Rejection::BulkheadFull.to_status("inventory"), "no");
-        assert!(rejected(&step_error("reserve", Forward, &full), "too many calls"));
+        assert!(unavailable(&step_error("reserve", Forward, &full), "too many calls"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! How an [`crate::Engine`] drives instances.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
@@ -25,6 +26,13 @@ pub struct SagaSettings {
     /// An unfinished instance without a transition for this long counts as
     /// stuck (the `saga_stuck` gauge, `status=stuck` in listings).
     pub stuck_after_ms: u64,
+    /// Attempts of a step before the pivot (or a pivot with a compensation)
+    /// whose call failed without a business answer, by step name; overrides
+    /// the definition's `max_attempts`. More attempts let a saga wait out a
+    /// participant's outage (backing off, within the step's deadline)
+    /// instead of compensating at once; a long outage then leaves it stuck
+    /// for an operator to see. E.g. `APP_SAGA__STEP_ATTEMPTS__RESERVE_STOCK=5`.
+    pub step_attempts: BTreeMap<String, u32>,
     /// Fault injection for tests, off (empty) by default: makes this replica
     /// stop dead at a point of a saga, as if the process had been killed
     /// there. `before:<step>`, `after_call:<step>` (the participant did the
@@ -46,6 +54,7 @@ impl Default for SagaSettings {
             retry_max_ms: 10_000,
             max_wait_ms: 10_000,
             stuck_after_ms: 300_000,
+            step_attempts: BTreeMap::new(),
             crash_point: String::new(),
             faults: String::new(),
         }

@@ -105,10 +105,16 @@ pub trait Compensation<S: Saga>: Send + Sync + 'static {
 /// How a step failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StepError {
-    /// Definitely had no effect: a business rule refused it, the input was
-    /// invalid, or it was never sent.
+    /// Definitely had no effect: a business rule refused it, or the input
+    /// was invalid. Not retried.
     #[error("rejected: {0}")]
     Rejected(String),
+    /// Definitely had no effect, but got no answer either: the call was
+    /// never sent (participant unreachable, circuit open, bulkhead full).
+    /// Retried while the step has attempts left and its deadline allows;
+    /// then handled like a rejection (nothing of its own to compensate).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     /// May or may not have had an effect (a timeout, a connection lost after
     /// sending, a participant error).
     #[error("failed: {0}")]
@@ -118,7 +124,7 @@ pub enum StepError {
 impl StepError {
     pub fn message(&self) -> &str {
         match self {
-            StepError::Rejected(m) | StepError::Failed(m) => m,
+            StepError::Rejected(m) | StepError::Unavailable(m) | StepError::Failed(m) => m,
         }
     }
 }

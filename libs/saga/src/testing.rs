@@ -6,6 +6,7 @@
 //! | fault | for | expected end |
 //! |---|---|---|
 //! | `rejected` | forward steps | before/at the pivot: COMPENSATED, the steps before it undone; after: retried, COMPLETED |
+//! | `unavailable_once` | forward steps | its participant cannot be reached on the first attempt: with attempts left (`max_attempts` > 1, or after the pivot) retried, COMPLETED; else as `rejected` |
 //! | `failed_after_call` | forward steps | the call ran and its answer was lost, on every attempt: before/at the pivot COMPENSATED with the step itself undone (a pivot without compensation is retried); after: COMPLETED |
 //! | `crash_before`, `crash_after_call`, `crash_after_commit` | every step | the replica stops dead there; another one resumes the instance to the same end as without the crash |
 //! | `duplicate` | every step | every call runs twice; the same end, no effect twice |
@@ -29,6 +30,7 @@ use crate::{SagaSettings, SagaStatus};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     Rejected,
+    UnavailableOnce,
     FailedAfterCall,
     CrashBefore,
     CrashAfterCall,
@@ -42,6 +44,7 @@ impl Fault {
     pub fn label(self) -> &'static str {
         match self {
             Fault::Rejected => "rejected",
+            Fault::UnavailableOnce => "unavailable_once",
             Fault::FailedAfterCall => "failed_after_call",
             Fault::CrashBefore => "crash_before",
             Fault::CrashAfterCall => "crash_after_call",
@@ -141,6 +144,9 @@ pub fn cases(shape: &Shape) -> Vec<Case> {
         let retried = s.kind == StepKind::Retriable;
         let rejected = if retried { completed.clone() } else { undone(i) };
         out.push(case(s.name, Fault::Rejected, None, format!("reject:{}", s.name), &rejected));
+        let retried_once = retried || s.max_attempts > 1;
+        let back = if retried_once { &completed } else { &rejected };
+        out.push(case(s.name, Fault::UnavailableOnce, None, format!("unavailable:{}", s.name), back));
         let unanswered = s.max_attempts.max(1);
         let failed = match s.kind {
             StepKind::Retriable => completed.clone(),
@@ -270,6 +276,16 @@ mod tests {
         assert_eq!(charge_failed.expect.compensations, ["refund_payment", "release_stock"]);
         assert_eq!(find(&cases, "reserve_stock::rejected").expect.compensations, Vec::<&str>::new());
         assert_eq!(find(&cases, "confirm_order::rejected").expect.status, SagaStatus::Completed);
+        // One attempt only: an unreachable participant is given up on at once.
+        let reserve_unavailable = find(&cases, "reserve_stock::unavailable_once");
+        assert_eq!(reserve_unavailable.faults, "unavailable:reserve_stock");
+        assert_eq!(reserve_unavailable.expect, find(&cases, "reserve_stock::rejected").expect);
+        let mut patient = order_shape();
+        patient.steps[0].max_attempts = 3;
+        assert_eq!(
+            find(&super::cases(&patient), "reserve_stock::unavailable_once").expect.status,
+            SagaStatus::Completed
+        );
         // charge_payment's success commits with confirm_order: no point after its own commit.
         assert!(!names.contains(&"charge_payment::crash_after_commit".to_string()));
         assert!(names.contains(&"reserve_stock::crash_after_commit".to_string()));
@@ -298,6 +314,7 @@ mod tests {
             ship,
             [
                 "ship::rejected",
+                "ship::unavailable_once",
                 "ship::failed_after_call",
                 "ship::crash_before",
                 "ship::crash_after_call",
