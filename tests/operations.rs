@@ -467,6 +467,11 @@ async fn dead_letters_are_listed_discarded_and_replayed_through_the_gateway() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _) = stack.get("/v1/admin/dlq/order/messages/zero").await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    // Well formed but out of range: no such message, nothing after it.
+    let (status, _) = stack.get("/v1/admin/dlq/order/messages/9170039654-9999999999999999999").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, page) = stack.get("/v1/admin/dlq/order/messages?cursor=9170039654-2826").await;
+    assert_eq!((status, page["messages"].as_array().map(Vec::len)), (StatusCode::OK, Some(0)), "{page}");
 }
 
 /// Runs the operator CLI (`sagaworks-admin`, built next to this test's

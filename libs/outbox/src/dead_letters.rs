@@ -116,7 +116,10 @@ impl FromStr for MessageId {
         if !digits(p) || !digits(o) {
             return Err(bad());
         }
-        Ok(Self { partition: p.parse().map_err(|_| bad())?, offset: o.parse().map_err(|_| bad())? })
+        // Digits beyond the range name no message that can exist: they
+        // saturate (a lookup finds nothing, a cursor is past the end).
+        let saturating = |t: &str, max: i64| t.parse::<i64>().map_or(max, |n| n.min(max));
+        Ok(Self { partition: saturating(p, i32::MAX.into()) as i32, offset: saturating(o, i64::MAX) })
     }
 }
 
@@ -667,7 +670,7 @@ impl DeadLetters {
         for (partition, low, high) in marks {
             let start = match cursor {
                 Some(c) if partition < c.partition => continue,
-                Some(c) if partition == c.partition => (c.offset + 1).max(low),
+                Some(c) if partition == c.partition => c.offset.saturating_add(1).max(low),
                 _ => low,
             };
             if start >= high {
@@ -861,9 +864,11 @@ mod tests {
         let id: MessageId = "2-17".parse().unwrap();
         assert_eq!(id, MessageId { partition: 2, offset: 17 });
         assert_eq!(id.to_string(), "2-17");
-        for bad in ["", "2", "2-", "-1", "a-1", "1-1-1", "+1-2", "1- 2", "99999999999-1"] {
+        for bad in ["", "2", "2-", "-1", "a-1", "1-1-1", "+1-2", "1- 2"] {
             assert!(bad.parse::<MessageId>().is_err(), "{bad:?}");
         }
+        let huge: MessageId = "99999999999-99999999999999999999".parse().unwrap();
+        assert_eq!(huge, MessageId { partition: i32::MAX, offset: i64::MAX }, "saturates: no such message");
     }
 
     #[test]
