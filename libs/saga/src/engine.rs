@@ -215,6 +215,22 @@ pub(crate) fn transition<S: Saga>(
     }
 }
 
+/// The worker's poll: leases up to `$3` runnable instances of type `$4` to
+/// owner `$1` for `$2` seconds. Public for plan tests: it must read only
+/// unfinished instances (`saga_instances_runnable`), however many finished
+/// ones the table holds.
+pub const LEASE_SQL: &str =
+    "UPDATE saga_instances SET lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2),
+        updated_at = now()
+ WHERE id IN (
+     SELECT id FROM saga_instances
+     WHERE status IN ('RUNNING', 'COMPENSATING') AND next_attempt_at <= now() AND saga_type = $4
+       AND (lease_expires_at IS NULL OR lease_expires_at < now())
+     ORDER BY next_attempt_at
+     LIMIT $3
+     FOR UPDATE SKIP LOCKED)
+ RETURNING id, traceparent";
+
 struct Inner<S: Saga> {
     pool: PgPool,
     definition: Definition<S>,
@@ -455,24 +471,13 @@ impl<S: Saga> Engine<S> {
     /// Leases up to `limit` runnable instances to this replica; returns
     /// their ids and `traceparent`s.
     async fn lease(&self, limit: i64) -> Result<Vec<(Uuid, Option<String>)>, sqlx::Error> {
-        sqlx::query_as(
-            "UPDATE saga_instances SET lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2),
-                    updated_at = now()
-             WHERE id IN (
-                 SELECT id FROM saga_instances
-                 WHERE status IN ('RUNNING', 'COMPENSATING') AND next_attempt_at <= now() AND saga_type = $4
-                   AND (lease_expires_at IS NULL OR lease_expires_at < now())
-                 ORDER BY next_attempt_at
-                 LIMIT $3
-                 FOR UPDATE SKIP LOCKED)
-             RETURNING id, traceparent",
-        )
-        .bind(self.owner())
-        .bind(self.lease_secs())
-        .bind(limit)
-        .bind(S::NAME)
-        .fetch_all(&self.inner.pool)
-        .await
+        sqlx::query_as(LEASE_SQL)
+            .bind(self.owner())
+            .bind(self.lease_secs())
+            .bind(limit)
+            .bind(S::NAME)
+            .fetch_all(&self.inner.pool)
+            .await
     }
 
     fn lease_secs(&self) -> f64 {

@@ -612,6 +612,45 @@ where
 fn operator_trials() -> Vec<libtest_mimic::Trial> {
     let resolve_null = || OperatorAction::Resolve { output: serde_json::Value::Null };
     vec![
+        db_trial("the_worker_poll_reads_only_unfinished_instances", |pool, _| async move {
+            // Many finished instances, a few leased elsewhere, a few runnable.
+            sqlx::query(
+                "INSERT INTO saga_instances (id, saga_type, key, status, current_step, data, lease_owner, lease_expires_at)
+                 SELECT gen_random_uuid(), 'purchase', 'k' || n,
+                        CASE WHEN n <= 5000 THEN 'COMPLETED' ELSE 'RUNNING' END,
+                        CASE WHEN n <= 5000 THEN NULL ELSE 'reserve' END, '{}',
+                        CASE WHEN n BETWEEN 5001 AND 5040 THEN 'elsewhere' END,
+                        CASE WHEN n BETWEEN 5001 AND 5040 THEN now() + interval '1 hour' END
+                 FROM generate_series(1, 5045) AS n",
+            )
+            .execute(&pool)
+            .await
+            .unwrap();
+            // No ANALYZE: planned on the estimates a young table has, as
+            // when the worker's connection first planned it.
+            let mut tx = pool.begin().await.unwrap();
+            // As a long-lived connection runs it: the generic plan.
+            sqlx::query("SET LOCAL plan_cache_mode = force_generic_plan").execute(&mut *tx).await.unwrap();
+            let plan: Vec<String> = sqlx::query_scalar(&format!(
+                "EXPLAIN (ANALYZE, FORMAT TEXT) {}",
+                sagaworks_saga::engine::LEASE_SQL
+            ))
+            .bind("me")
+            .bind(30.0_f64)
+            .bind(32_i64)
+            .bind("purchase")
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+            tx.rollback().await.unwrap();
+            let plan = plan.join("\n");
+            assert!(plan.contains("saga_instances_runnable"), "{plan}");
+            assert!(
+                !plan.contains("saga_type_key"),
+                "the poll must not read every instance of its type:\n{plan}"
+            );
+            assert!(plan.contains("rows=5 "), "the five runnable ones are leased:\n{plan}");
+        }),
         db_trial("operator::a_stuck_saga_is_listed_retried_now_and_completes", |pool, stop| async move {
             let (purchase, saga, engine) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
             let stuck = ListFilter { status: Some(StatusFilter::Stuck), ..Default::default() };
