@@ -13,10 +13,9 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
+use system_tests::operations::{send_raw, stuck_before_charge};
 use system_tests::{Stack, auth};
 
-/// Stuck after this long without progress (the order service's `saga.stuck_after_ms`).
-const STUCK_AFTER_MS: u64 = 200;
 /// Page loads before giving up on a page showing what it should.
 const LOADS: usize = 8;
 
@@ -200,34 +199,6 @@ fn assert_boxes(dom: &str, saga: &Value) {
 
 // ---------------------------------------------------------------- the system
 
-/// Moves the saga of `order_id` an hour into the future, unleased.
-async fn park(stack: &Stack, order_id: &str) {
-    let db = stack.order_db.pool().await;
-    sqlx::query(
-        "UPDATE saga_instances SET next_attempt_at = now() + interval '1 hour', lease_owner = NULL,
-                lease_expires_at = NULL
-         WHERE key = $1 AND status IN ('RUNNING', 'COMPENSATING')",
-    )
-    .bind(order_id)
-    .execute(&db)
-    .await
-    .expect("an unfinished saga");
-}
-
-/// A saga stopped dead before `charge_payment`, parked; order restarted.
-async fn stuck_before_charge() -> (Stack, String) {
-    let mut stack = Stack::start_with(|s| s.saga.crash_point = "before:charge_payment".into()).await;
-    let product = stack.product(100, 10).await;
-    let customer = stack.customer(1_000).await;
-    let (_, order) = stack.place(&customer, &product, 2).await;
-    assert_eq!(order["status"], "PENDING", "{order}");
-    let order_id = order["order_id"].as_str().unwrap().to_string();
-    stack.order.kill();
-    park(&stack, &order_id).await;
-    stack.restart_order(|s| s.saga.stuck_after_ms = STUCK_AFTER_MS).await;
-    (stack, order_id)
-}
-
 /// The page's files come without a token, with a strict policy; they are
 /// not part of the API document.
 async fn assert_served(stack: &Stack) {
@@ -264,7 +235,7 @@ async fn assert_served(stack: &Stack) {
 #[tokio::test]
 async fn a_stuck_saga_is_listed_and_its_steps_are_drawn() {
     let browser = Browser::new();
-    let (stack, order_id) = stuck_before_charge().await;
+    let (stack, _, _, order_id) = stuck_before_charge().await;
     assert_served(&stack).await;
     let stuck =
         sagaworks_test_support::eventually("the saga to count as stuck", Duration::from_secs(20), || async {
@@ -347,27 +318,12 @@ async fn a_stuck_saga_is_listed_and_its_steps_are_drawn() {
 
 #[tokio::test]
 async fn a_dead_letter_is_shown_with_its_error_and_payload() {
-    use rdkafka::message::{Header, OwnedHeaders};
-    use rdkafka::producer::{FutureProducer, FutureRecord};
-
     let browser = Browser::new();
     let stack = Stack::start().await;
     // A poison message: a payload without the CloudEvents headers (no ce_id).
-    let topic = sagaworks_outbox::kafka::topic_name(&stack.kafka, "order");
     let key = format!("poison-{}", uuid::Uuid::new_v4().simple());
-    let producer: FutureProducer =
-        sagaworks_outbox::kafka::client_config(&stack.kafka, &[("message.timeout.ms", "10000")])
-            .create()
-            .expect("a producer");
     let payload = r#"{"order_id":"not-a-cloud-event","note":"<b>bold</b> & raw"}"#;
-    let headers = OwnedHeaders::new().insert(Header { key: "ce_type", value: Some("OrderPlaced") });
-    let record = FutureRecord::to(&topic).key(&key).payload(payload).headers(headers);
-    producer
-        .send(record, Duration::from_secs(10))
-        .await
-        .map_err(|(e, _)| e)
-        .expect("the poison message is sent");
-    sagaworks_outbox::kafka::close(producer, "inspector-test", Duration::from_secs(5)).await;
+    send_raw(&stack, &key, payload, &[("ce_type", "OrderPlaced")]).await;
 
     let path = format!("/v1/admin/dlq/order/messages?key={key}");
     let letters = sagaworks_test_support::eventually(

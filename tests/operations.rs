@@ -10,44 +10,11 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;
+use system_tests::operations::{STUCK_AFTER_MS, park, send_raw, stuck_before_charge};
 use system_tests::{Stack, auth, faults};
 
 /// How long a test waits for the system to get somewhere.
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Stuck after this long without progress (the order service's `saga.stuck_after_ms`).
-const STUCK_AFTER_MS: u64 = 200;
-
-/// Moves the saga of `order_id` an hour into the future, unleased: nobody
-/// drives it until an operator acts.
-async fn park(stack: &Stack, order_id: &str) -> String {
-    let db = stack.order_db.pool().await;
-    sqlx::query_scalar(
-        "UPDATE saga_instances SET next_attempt_at = now() + interval '1 hour', lease_owner = NULL,
-                lease_expires_at = NULL
-         WHERE key = $1 AND status IN ('RUNNING', 'COMPENSATING') RETURNING id::text",
-    )
-    .bind(order_id)
-    .fetch_one(&db)
-    .await
-    .expect("an unfinished saga")
-}
-
-/// A saga stopped dead before `charge_payment` (stock reserved), parked;
-/// the order service restarted without faults. Returns the stack, the
-/// product, the customer (1 000 cents, buying 2 x 100) and the order.
-async fn stuck_before_charge() -> (Stack, String, String, String) {
-    let mut stack = Stack::start_with(|s| s.saga.crash_point = "before:charge_payment".into()).await;
-    let product = stack.product(100, 10).await;
-    let customer = stack.customer(1_000).await;
-    let (_, order) = stack.place(&customer, &product, 2).await;
-    assert_eq!(order["status"], "PENDING", "{order}");
-    let order_id = order["order_id"].as_str().unwrap().to_string();
-    stack.order.kill();
-    park(&stack, &order_id).await;
-    stack.restart_order(|s| s.saga.stuck_after_ms = STUCK_AFTER_MS).await;
-    (stack, product, customer, order_id)
-}
 
 async fn post(stack: &Stack, path: &str, key: Option<&str>, body: Value) -> (StatusCode, Value) {
     let mut req = stack.http.post(stack.url(path)).json(&body);
@@ -356,16 +323,9 @@ async fn admin_routes_refuse_customers_and_bad_requests() {
     assert!(second.get("next_cursor").is_none(), "{second}");
 }
 
-/// Sends a message that is no CloudEvent (no `ce_id` header) to the stack's
-/// `order` topic: both of its consumer groups (inventory, order's timeline)
-/// dead-letter it.
+/// A message both of the `order` topic's groups dead-letter.
 async fn poison(stack: &Stack, key: &str) {
-    use rdkafka::producer::{FutureProducer, FutureRecord};
-    let producer: FutureProducer =
-        rdkafka::ClientConfig::new().set("bootstrap.servers", &stack.kafka.brokers).create().unwrap();
-    let topic = sagaworks_outbox::kafka::topic_name(&stack.kafka, "order");
-    let record = FutureRecord::to(&topic).key(key).payload(r#"{"not":"an event"}"#);
-    producer.send(record, Duration::from_secs(10)).await.expect("sent");
+    send_raw(stack, key, r#"{"not":"an event"}"#, &[]).await;
 }
 
 async fn dead_letters(stack: &Stack, query: &str) -> Vec<Value> {

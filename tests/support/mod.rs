@@ -9,6 +9,7 @@
 
 pub mod auth;
 pub mod faults;
+pub mod operations;
 pub mod processes;
 
 use futures::future::BoxFuture;
