@@ -168,6 +168,13 @@ pub struct SagaListArgs {
     #[arg(long, value_name = "UUID")]
     pub customer: Option<uuid::Uuid>,
 
+    #[command(flatten)]
+    pub page: PageArgs,
+}
+
+/// Paging of a list: `--limit`, `--cursor`, `--all`.
+#[derive(Debug, Args)]
+pub struct PageArgs {
     /// At most this many per page (the API's default is 50).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
     pub limit: Option<u32>,
@@ -279,17 +286,8 @@ pub struct DlqListArgs {
     #[arg(long, value_name = "K")]
     pub key: Option<String>,
 
-    /// At most this many per page (the API's default is 50).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
-    pub limit: Option<u32>,
-
-    /// Start at this page (the `next_cursor` of a previous page).
-    #[arg(long, value_name = "C")]
-    pub cursor: Option<String>,
-
-    /// Follow `next_cursor` to the last page (--limit is the page size; --json prints one merged document).
-    #[arg(long)]
-    pub all: bool,
+    #[command(flatten)]
+    pub page: PageArgs,
 }
 
 #[derive(Debug, Args)]

@@ -95,9 +95,9 @@ async fn sagas(client: &Client, json: bool, command: &SagasCommand) -> Result<()
                 step: args.step.as_deref(),
                 older_than_secs: args.older_than,
                 customer_id: args.customer.map(|c| c.to_string()),
-                limit: args.limit,
+                limit: args.page.limit,
             };
-            let pages = client.list_sagas(&filter, args.cursor.clone(), args.all).await?;
+            let pages = client.list_sagas(&filter, args.page.cursor.clone(), args.page.all).await?;
             if json {
                 println!("{}", pretty(&pages.raw));
             } else {
@@ -172,9 +172,11 @@ async fn dlq(client: &Client, json: bool, command: &DlqCommand) -> Result<(), Er
             let filter = client::DeadLetterFilter {
                 state: args.state.map(|s| s.as_str()),
                 key: args.key.as_deref(),
-                limit: args.limit,
+                limit: args.page.limit,
             };
-            let pages = client.list_dead_letters(&args.topic, &filter, args.cursor.clone(), args.all).await?;
+            let pages = client
+                .list_dead_letters(&args.topic, &filter, args.page.cursor.clone(), args.page.all)
+                .await?;
             if json {
                 println!("{}", pretty(&pages.raw));
             } else {
