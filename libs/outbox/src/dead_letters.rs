@@ -383,7 +383,14 @@ impl DeadLetters {
         limit: usize,
     ) -> Result<Page, DeadLetterError> {
         let dlq_topic = self.dlq_topic(topic)?;
-        let (raw, scanned_to) = self.scan(&dlq_topic, cursor, self.inner.settings.max_scan).await?;
+        // Unfiltered, the message after the page is all it takes to know there is more.
+        let unfiltered = filter.state.is_none() && filter.key.is_none();
+        let max = if unfiltered {
+            self.inner.settings.max_scan.min(limit + 1)
+        } else {
+            self.inner.settings.max_scan
+        };
+        let (raw, scanned_to) = self.scan(&dlq_topic, cursor, max).await?;
         let actions = self.actions(&dlq_topic, raw.iter().map(|m| m.id)).await?;
         let mut messages = Vec::new();
         let mut next_cursor = scanned_to;
@@ -430,7 +437,7 @@ impl DeadLetters {
         // Original order: a key's messages were consumed from one partition,
         // in offset order; DLQ order breaks ties (and orders the messages
         // that lack the original position).
-        chosen.sort_by_key(|m| (m.original_position().map(|(p, o)| (p, o)), m.id));
+        chosen.sort_by_key(|m| (m.original_position(), m.id));
         let mut tx = self.inner.pool.begin().await?;
         let taken = record(&mut tx, &dlq_topic, "replay", &selector, operator, &chosen).await?;
         let Some(taken) = taken else {
