@@ -350,6 +350,7 @@ async fn dead_letters_are_listed_discarded_and_replayed_through_the_gateway() {
     assert_eq!(groups, ["inventory", "order-timeline"]);
     for m in &found {
         assert_eq!(m["error"], "header ce_id is missing", "{m}");
+        assert_eq!(m["reason"], "invalid_envelope", "{m}");
         assert_eq!((m["state"].as_str(), m["key"].as_str()), (Some("pending"), Some(key.as_str())));
         assert_eq!(m["payload"], r#"{"not":"an event"}"#);
         assert_eq!(m["original"]["topic"], sagaworks_outbox::kafka::topic_name(&stack.kafka, "order"));

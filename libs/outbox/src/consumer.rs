@@ -34,7 +34,8 @@
 //! A [`HandlerError::Retryable`] (or a database error) is retried with
 //! exponential backoff and full jitter, up to `max_attempts` in all; then,
 //! like a [`HandlerError::Permanent`] at once, the message goes to
-//! `<topic>.dlq` with the `dlq_*` headers and the offset is marked, so the
+//! `<topic>.dlq` with the `dlq_*` headers (`dlq_reason` says why: see
+//! [`DlqReason`]) and the offset is marked, so the
 //! partition moves on. The DLQ send is awaited and retried until it is acked:
 //! an offset is never committed for a message that is neither handled nor
 //! dead-lettered. Keep the total retry time (`retry_max_ms` x attempts) well
@@ -123,6 +124,49 @@ pub struct ConsumerSettings {
     /// How often the offsets of handled messages are committed (see the
     /// module docs); `0`: after every message or batch.
     pub commit_interval_ms: u64,
+    /// What happens to an event written with a schema version newer than the
+    /// handler reads ([`HandlerError::UnsupportedSchemaVersion`]).
+    pub unsupported_schema_version: UnsupportedVersionPolicy,
+}
+
+/// What the consumer does with an event newer than its handler reads (see
+/// [`crate::event`]); either way it is dead-lettered with
+/// `dlq_reason=unsupported_schema_version` in the end, to be replayed once
+/// the consumer is upgraded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnsupportedVersionPolicy {
+    /// Dead-letter it at once: the partition moves on.
+    #[default]
+    Park,
+    /// Retry it like a retryable error (`max_attempts`, with backoff), in
+    /// case an upgraded replica of this group takes the partition over
+    /// meanwhile (a rolling deploy); then dead-letter it.
+    Retry,
+}
+
+/// Why a message was dead-lettered: the `dlq_reason` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DlqReason {
+    /// Not a CloudEvent ([`EnvelopeError`]).
+    InvalidEnvelope,
+    /// The handler said it will never succeed ([`HandlerError::Permanent`]).
+    Rejected,
+    /// Retryable errors until `max_attempts` ran out.
+    RetriesExhausted,
+    /// A schema version newer than the handler reads.
+    UnsupportedSchemaVersion,
+}
+
+impl DlqReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::InvalidEnvelope => "invalid_envelope",
+            Self::Rejected => "rejected",
+            Self::RetriesExhausted => "retries_exhausted",
+            Self::UnsupportedSchemaVersion => "unsupported_schema_version",
+        }
+    }
 }
 
 impl Default for ConsumerSettings {
@@ -143,6 +187,7 @@ impl Default for ConsumerSettings {
             batch_wait_ms: 0,
             inbox_retention_hours: 24 * 7,
             commit_interval_ms: 200,
+            unsupported_schema_version: UnsupportedVersionPolicy::Park,
         }
     }
 }
@@ -156,6 +201,10 @@ pub enum HandlerError {
     /// Will never succeed (a poison message): dead-letter it at once.
     #[error("permanent: {0}")]
     Permanent(String),
+    /// Written with a schema version newer than the handler reads (see
+    /// [`crate::event`]); handled per [`ConsumerSettings::unsupported_schema_version`].
+    #[error("unsupported schema version: {0}")]
+    UnsupportedSchemaVersion(String),
 }
 
 /// Handles one event on the consumer's transaction (which already holds the
@@ -203,6 +252,8 @@ pub struct ReceivedEvent {
     pub event_type: String,
     pub source: String,
     pub schema_version: i32,
+    /// CloudEvents `dataschema`, when the producer named one.
+    pub data_schema: Option<String>,
     pub aggregate_id: String,
     pub time: Option<DateTime<Utc>>,
     pub payload: Vec<u8>,
@@ -265,6 +316,7 @@ impl ReceivedEvent {
             event_type,
             source: text(headers::CE_SOURCE).unwrap_or_default(),
             schema_version,
+            data_schema: text(headers::CE_DATASCHEMA),
             aggregate_id,
             time,
             payload: msg.payload().unwrap_or_default().to_vec(),
@@ -523,7 +575,7 @@ impl<H: Handler> Consumer<H> {
         let outcome = match ReceivedEvent::from_message(msg) {
             Err(e) => {
                 tracing::warn!(error = %e, topic = msg.topic(), offset = msg.offset(), "poison message");
-                self.dead_letter(msg, &e.to_string(), 1, shutdown).await?
+                self.dead_letter(msg, DlqReason::InvalidEnvelope, &e.to_string(), 1, shutdown).await?
             }
             Ok(event) if !self.handler.wants(&event) => Outcome::Ignored,
             Ok(event) => self.handle_with_retries(msg, &event, shutdown).await?,
@@ -685,23 +737,29 @@ impl<H: Handler> Consumer<H> {
         let max = self.settings.max_attempts.max(1);
         let mut attempt = 1;
         loop {
-            let error = match self.handle_once(event).await {
+            let (error, reason) = match self.handle_once(event).await {
                 Ok(outcome) => return Ok(outcome),
                 Err(HandlerError::Permanent(e)) => {
-                    metrics::counter!(m::CONSUMER_ERRORS_TOTAL, "group" => self.settings.group_id.clone(),
-                        "topic" => event.topic.clone())
-                    .increment(1);
+                    self.count_error(event);
                     tracing::warn!(error = %e, event_id = %event.id, "permanent handler error");
-                    return self.dead_letter(msg, &e, attempt, shutdown).await;
+                    return self.dead_letter(msg, DlqReason::Rejected, &e, attempt, shutdown).await;
                 }
-                Err(HandlerError::Retryable(e)) => e,
+                Err(HandlerError::UnsupportedSchemaVersion(e))
+                    if self.settings.unsupported_schema_version == UnsupportedVersionPolicy::Park =>
+                {
+                    self.count_error(event);
+                    tracing::warn!(error = %e, event_id = %event.id, "parking an event of an unsupported schema version");
+                    return self
+                        .dead_letter(msg, DlqReason::UnsupportedSchemaVersion, &e, attempt, shutdown)
+                        .await;
+                }
+                Err(HandlerError::UnsupportedSchemaVersion(e)) => (e, DlqReason::UnsupportedSchemaVersion),
+                Err(HandlerError::Retryable(e)) => (e, DlqReason::RetriesExhausted),
             };
-            metrics::counter!(m::CONSUMER_ERRORS_TOTAL, "group" => self.settings.group_id.clone(),
-                "topic" => event.topic.clone())
-            .increment(1);
+            self.count_error(event);
             if attempt >= max {
                 tracing::warn!(error = %error, event_id = %event.id, attempt, "giving up on event");
-                return self.dead_letter(msg, &error, attempt, shutdown).await;
+                return self.dead_letter(msg, reason, &error, attempt, shutdown).await;
             }
             let delay = backoff.next_delay();
             tracing::info!(error = %error, event_id = %event.id, attempt, retry_in = ?delay, "retrying event");
@@ -711,6 +769,12 @@ impl<H: Handler> Consumer<H> {
             }
             attempt += 1;
         }
+    }
+
+    fn count_error(&self, event: &ReceivedEvent) {
+        metrics::counter!(m::CONSUMER_ERRORS_TOTAL, "group" => self.settings.group_id.clone(),
+            "topic" => event.topic.clone())
+        .increment(1);
     }
 
     /// Inbox row + handler in one transaction (a batch of one, in the
@@ -726,6 +790,7 @@ impl<H: Handler> Consumer<H> {
     async fn dead_letter(
         &self,
         msg: &OwnedMessage,
+        reason: DlqReason,
         error: &str,
         attempts: u32,
         shutdown: &CancellationToken,
@@ -738,6 +803,7 @@ impl<H: Handler> Consumer<H> {
         loop {
             let mut h = msg.headers().cloned().unwrap_or_default();
             for (key, value) in [
+                (headers::DLQ_REASON, reason.label()),
                 (headers::DLQ_ERROR, error),
                 (headers::DLQ_ATTEMPTS, attempts.as_str()),
                 (headers::DLQ_ORIGINAL_TOPIC, msg.topic()),

@@ -186,6 +186,9 @@ pub struct DeadLetter {
     pub original: Option<Position>,
     /// The consumer group that dead-lettered it.
     pub group: Option<String>,
+    /// Why it was parked (`dlq_reason`: see [`crate::DlqReason`]); none on
+    /// messages parked before the header existed.
+    pub reason: Option<String>,
     pub error: String,
     pub attempts: u32,
     pub dead_lettered_at: Option<DateTime<Utc>>,
@@ -847,6 +850,7 @@ impl RawMessage {
             key: self.key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned()),
             original,
             group: self.header(headers::DLQ_GROUP).map(str::to_string),
+            reason: self.header(headers::DLQ_REASON).map(str::to_string),
             error: self.header(headers::DLQ_ERROR).unwrap_or_default().to_string(),
             attempts: self.header(headers::DLQ_ATTEMPTS).and_then(|a| a.parse().ok()).unwrap_or(0),
             dead_lettered_at: self.timestamp.and_then(DateTime::from_timestamp_millis),

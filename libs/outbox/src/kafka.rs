@@ -33,12 +33,15 @@ pub mod headers {
     pub const CE_TIME: &str = "ce_time";
     pub const CE_SCHEMAVERSION: &str = "ce_schemaversion";
     pub const CE_AGGREGATEID: &str = "ce_aggregateid";
+    pub const CE_DATASCHEMA: &str = "ce_dataschema";
     pub const CONTENT_TYPE: &str = "content-type";
     pub const TRACEPARENT: &str = "traceparent";
     pub const TRACESTATE: &str = "tracestate";
     /// The CloudEvents version written into `ce_specversion`.
     pub const SPECVERSION: &str = "1.0";
 
+    /// Why the message was parked: one of [`crate::consumer::DlqReason`]'s labels.
+    pub const DLQ_REASON: &str = "dlq_reason";
     pub const DLQ_ERROR: &str = "dlq_error";
     pub const DLQ_ATTEMPTS: &str = "dlq_attempts";
     pub const DLQ_ORIGINAL_TOPIC: &str = "dlq_original_topic";

@@ -1,5 +1,9 @@
 //! Transactional outbox, relay to Kafka and idempotent consumer.
 //!
+//! * [`event`] — the [`Event`] contract of a typed event (type, aggregate,
+//!   schema version, upcasts from older versions): producers
+//!   [`append`](OutboxWriter::append) values of it, consumers
+//!   [`decode`](ReceivedEvent::decode) them.
 //! * [`writer`] — [`OutboxWriter::write`] inserts a domain event into the
 //!   service's `outbox` table on the caller's transaction, so the event exists
 //!   if and only if the business change committed; [`PendingEvent`] lets a
@@ -86,6 +90,7 @@ mod error;
 
 pub mod consumer;
 pub mod dead_letters;
+pub mod event;
 pub mod health;
 pub mod kafka;
 pub mod metrics;
@@ -94,9 +99,13 @@ pub mod service;
 pub mod wake;
 pub mod writer;
 
-pub use consumer::{Consumer, ConsumerSettings, EnvelopeError, Handler, HandlerError, ReceivedEvent};
+pub use consumer::{
+    Consumer, ConsumerSettings, DlqReason, EnvelopeError, Handler, HandlerError, ReceivedEvent,
+    UnsupportedVersionPolicy,
+};
 pub use dead_letters::{DeadLetterError, DeadLetterSettings, DeadLetters};
 pub use error::OutboxError;
+pub use event::{DecodeError, Event};
 pub use health::BrokerCheck;
 pub use metrics::OutboxGauges;
 pub use relay::{Relay, RelaySettings};

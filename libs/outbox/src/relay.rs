@@ -164,6 +164,7 @@ struct Row {
     aggregate_id: String,
     event_type: String,
     schema_version: i32,
+    data_schema: Option<String>,
     source: String,
     content_type: String,
     payload: Vec<u8>,
@@ -320,8 +321,8 @@ impl Relay {
                                      AND p.published_at IS NULL AND p.seq < o.seq)
                  ORDER BY o.seq LIMIT $1
                  FOR UPDATE SKIP LOCKED)
-             SELECT seq, id, aggregate_type, aggregate_id, event_type, schema_version, source,
-                    content_type, payload, traceparent, tracestate, created_at
+             SELECT seq, id, aggregate_type, aggregate_id, event_type, schema_version, data_schema,
+                    source, content_type, payload, traceparent, tracestate, created_at
              FROM outbox
              WHERE published_at IS NULL AND aggregate_id IN (SELECT aggregate_id FROM heads)
              ORDER BY seq LIMIT $2",
@@ -463,7 +464,7 @@ impl Relay {
         let time = row.created_at.to_rfc3339_opts(SecondsFormat::Micros, true);
         let id = row.id.to_string();
         let schema_version = row.schema_version.to_string();
-        let mut h = OwnedHeaders::new_with_capacity(10)
+        let mut h = OwnedHeaders::new_with_capacity(11)
             .insert(Header { key: headers::CE_ID, value: Some(id.as_str()) })
             .insert(Header { key: headers::CE_TYPE, value: Some(row.event_type.as_str()) })
             .insert(Header { key: headers::CE_SOURCE, value: Some(row.source.as_str()) })
@@ -472,6 +473,9 @@ impl Relay {
             .insert(Header { key: headers::CE_SCHEMAVERSION, value: Some(schema_version.as_str()) })
             .insert(Header { key: headers::CE_AGGREGATEID, value: Some(row.aggregate_id.as_str()) })
             .insert(Header { key: headers::CONTENT_TYPE, value: Some(row.content_type.as_str()) });
+        if let Some(schema) = &row.data_schema {
+            h = h.insert(Header { key: headers::CE_DATASCHEMA, value: Some(schema.as_str()) });
+        }
         for (key, value) in trace_headers(row, span) {
             h = h.insert(Header { key: key.as_str(), value: Some(value.as_str()) });
         }

@@ -1,6 +1,7 @@
 //! Writing events into the outbox, inside the business transaction.
 
 pub use crate::error::OutboxError;
+use crate::event::Event;
 use sqlx::postgres::PgArguments;
 use sqlx::query::{Query, QueryAs, QueryScalar};
 use sqlx::{PgConnection, Postgres};
@@ -26,6 +27,8 @@ pub struct NewEvent {
     pub event_type: String,
     /// Version of this event type's payload schema.
     pub schema_version: i32,
+    /// CloudEvents `dataschema`: the URI naming the payload's schema.
+    pub data_schema: Option<String>,
     pub payload: serde_json::Value,
 }
 
@@ -42,7 +45,20 @@ impl NewEvent {
             aggregate_id: aggregate_id.to_string(),
             event_type: event_type.into(),
             schema_version: 1,
+            data_schema: None,
             payload: serde_json::to_value(payload)?,
+        })
+    }
+
+    /// `event`, with its type, aggregate, version and schema from its [`Event`] contract.
+    pub fn typed<E: Event>(event: &E) -> Result<Self, OutboxError> {
+        Ok(Self {
+            aggregate_type: E::AGGREGATE.into(),
+            aggregate_id: event.aggregate_id(),
+            event_type: E::TYPE.into(),
+            schema_version: E::VERSION,
+            data_schema: Some(E::data_schema()),
+            payload: serde_json::to_value(event)?,
         })
     }
 }
@@ -79,6 +95,16 @@ impl OutboxWriter {
         Ok(id)
     }
 
+    /// Records the typed `event` on the caller's transaction (see [`Self::write`]).
+    pub async fn append<E: Event>(&self, conn: &mut PgConnection, event: &E) -> Result<Uuid, OutboxError> {
+        self.write(conn, NewEvent::typed(event)?).await
+    }
+
+    /// The typed `event` as a [`PendingEvent`] (see [`Self::pending`]).
+    pub fn stage<E: Event>(&self, event: &E) -> Result<PendingEvent, OutboxError> {
+        self.pending(NewEvent::typed(event)?)
+    }
+
     /// `event`, checked and stamped (id, source, the current span's trace
     /// context), for a business statement that inserts it itself: see
     /// [`PendingEvent`].
@@ -97,6 +123,7 @@ impl OutboxWriter {
             aggregate_id: event.aggregate_id,
             event_type: event.event_type,
             schema_version: event.schema_version,
+            data_schema: event.data_schema,
             source: self.source.clone(),
             payload,
             traceparent: sagaworks_telemetry::propagation::current_traceparent(),
@@ -116,7 +143,7 @@ impl OutboxWriter {
 ///     "WITH o AS (UPDATE orders SET status = 'CONFIRMED' WHERE id = $1 RETURNING id),
 ///           {}
 ///      SELECT count(*) FROM o",
-///     PendingEvent::cte("event", 2, Some("o")), // $2..$10, one row per row of `o`
+///     PendingEvent::cte("event", 2, Some("o")), // $2..$11, one row per row of `o`
 /// );
 /// let updated: i64 = event.bind(sqlx::query_scalar(&sql).bind(id)).fetch_one(&mut *conn).await?;
 /// ```
@@ -127,6 +154,7 @@ pub struct PendingEvent {
     aggregate_id: String,
     event_type: String,
     schema_version: i32,
+    data_schema: Option<String>,
     source: String,
     payload: Vec<u8>,
     traceparent: Option<String>,
@@ -134,10 +162,10 @@ pub struct PendingEvent {
 }
 
 /// The columns [`PendingEvent::cte`] and [`PendingEvents::cte`] insert, in their order.
-const OUTBOX_COLUMNS: &str = "id, aggregate_type, aggregate_id, event_type, schema_version, source, content_type, payload, traceparent, tracestate";
+const OUTBOX_COLUMNS: &str = "id, aggregate_type, aggregate_id, event_type, schema_version, data_schema, source, content_type, payload, traceparent, tracestate";
 
 /// How many parameters [`PendingEvent::cte`] takes.
-pub const PENDING_EVENT_PARAMS: usize = 9;
+pub const PENDING_EVENT_PARAMS: usize = 10;
 
 impl PendingEvent {
     /// The event's id (the CloudEvents `id`).
@@ -159,7 +187,7 @@ impl PendingEvent {
         format!(
             "{name} AS (
                  INSERT INTO outbox ({OUTBOX_COLUMNS})
-                 SELECT {}, {}, {}, {}, {}, {}, 'application/json', {}, {}, {}{from}
+                 SELECT {}, {}, {}, {}, {}, {}, {}, 'application/json', {}, {}, {}{from}
                  RETURNING {})",
             p(0),
             p(1),
@@ -170,6 +198,7 @@ impl PendingEvent {
             p(6),
             p(7),
             p(8),
+            p(9),
             crate::wake::NOTIFY_IF_PARKED.as_str(),
         )
     }
@@ -182,6 +211,7 @@ impl PendingEvent {
             .bind_value(self.aggregate_id)
             .bind_value(self.event_type)
             .bind_value(self.schema_version)
+            .bind_value(self.data_schema)
             .bind_value(self.source)
             .bind_value(self.payload)
             .bind_value(self.traceparent)
@@ -222,12 +252,12 @@ impl PendingEvents {
         format!(
             "{name} AS (
                  INSERT INTO outbox ({OUTBOX_COLUMNS})
-                 SELECT e.id, e.aggregate_type, e.aggregate_id, e.event_type, e.schema_version, e.source,
-                        'application/json', e.payload, e.traceparent, e.tracestate
+                 SELECT e.id, e.aggregate_type, e.aggregate_id, e.event_type, e.schema_version,
+                        e.data_schema, e.source, 'application/json', e.payload, e.traceparent, e.tracestate
                  FROM UNNEST({}::uuid[], {}::text[], {}::text[], {}::text[], {}::int[], {}::text[],
-                             {}::bytea[], {}::text[], {}::text[])
-                      WITH ORDINALITY AS e (id, aggregate_type, aggregate_id, event_type, schema_version, source,
-                                            payload, traceparent, tracestate, n)
+                             {}::text[], {}::bytea[], {}::text[], {}::text[])
+                      WITH ORDINALITY AS e (id, aggregate_type, aggregate_id, event_type, schema_version,
+                                            data_schema, source, payload, traceparent, tracestate, n)
                  ORDER BY e.n
                  RETURNING {})",
             p(0),
@@ -239,23 +269,25 @@ impl PendingEvents {
             p(6),
             p(7),
             p(8),
+            p(9),
             crate::wake::NOTIFY_IF_PARKED.as_str(),
         )
     }
 
     /// Binds the events' [`PENDING_EVENT_PARAMS`] arrays, in the order of [`Self::cte`].
     pub fn bind<'q, Q: Bind<'q>>(self, query: Q) -> Q {
-        let mut columns = (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+        let mut columns = (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
         for e in self.0 {
             columns.0.push(e.id);
             columns.1.push(e.aggregate_type);
             columns.2.push(e.aggregate_id);
             columns.3.push(e.event_type);
             columns.4.push(e.schema_version);
-            columns.5.push(e.source);
-            columns.6.push(e.payload);
-            columns.7.push(e.traceparent);
-            columns.8.push(e.tracestate);
+            columns.5.push(e.data_schema);
+            columns.6.push(e.source);
+            columns.7.push(e.payload);
+            columns.8.push(e.traceparent);
+            columns.9.push(e.tracestate);
         }
         query
             .bind_value(columns.0)
@@ -267,6 +299,7 @@ impl PendingEvents {
             .bind_value(columns.6)
             .bind_value(columns.7)
             .bind_value(columns.8)
+            .bind_value(columns.9)
     }
 }
 

@@ -121,6 +121,7 @@ async fn poison_messages_are_dead_lettered_and_the_consumer_keeps_going() {
         dlq.iter().find(|m| header(m, "ce_id") == Some(bad.to_string().as_str())).expect("rejected event");
     assert!(header(rejected, "dlq_error").unwrap().contains("event 2 is marked bad"));
     assert_eq!(header(rejected, "dlq_attempts"), Some("1"), "permanent errors are not retried");
+    assert_eq!(header(rejected, "dlq_reason"), Some("rejected"));
     assert_eq!(header(rejected, "dlq_original_topic"), Some(topic.as_str()));
     assert_eq!(header(rejected, "ce_type"), Some("AccountCredited"), "original headers are kept");
     assert_eq!(payload_json(rejected)["n"], 2);
@@ -133,6 +134,7 @@ async fn poison_messages_are_dead_lettered_and_the_consumer_keeps_going() {
     assert_eq!(partitions, vec!["0", "1", "2"]);
     for m in raw {
         assert_eq!(header(m, "dlq_error"), Some("header ce_id is missing"));
+        assert_eq!(header(m, "dlq_reason"), Some("invalid_envelope"));
         assert_eq!(m.payload(), Some(b"not an event".as_slice()));
     }
     relay.stop().await;
@@ -185,6 +187,7 @@ async fn retryable_errors_are_retried_then_succeed_once_or_are_dead_lettered_aft
     assert_eq!(dlq.len(), 1);
     assert_eq!(header(&dlq[0], "ce_id"), Some(doomed.to_string().as_str()));
     assert_eq!(header(&dlq[0], "dlq_attempts"), Some("4"));
+    assert_eq!(header(&dlq[0], "dlq_reason"), Some("retries_exhausted"));
     assert!(header(&dlq[0], "dlq_error").unwrap().contains("attempt 4 of event 2"));
     assert!(traceparents.lock().unwrap().iter().all(|t| t.as_deref() == Some(tp) || t.is_none()));
     assert!(traceparents.lock().unwrap().contains(&Some(tp.to_string())), "traceparent passed through");

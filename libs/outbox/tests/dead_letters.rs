@@ -188,6 +188,7 @@ async fn a_key_replayed_after_the_fix_is_handled_once_each_in_order_and_a_no_op_
     assert_eq!(ns, vec![1, 2, 3], "a key's messages in their order");
     let first = &xs[0];
     assert_eq!(first.error, "account acc-x is broken");
+    assert_eq!(first.reason.as_deref(), Some("rejected"));
     assert_eq!((first.group.as_deref(), first.attempts, first.state), (Some("a"), 1, State::Pending));
     assert_eq!(first.event_type.as_deref(), Some("AccountCredited"));
     assert!(first.event_id.is_some() && first.dead_lettered_at.is_some());

@@ -621,7 +621,10 @@ pub struct DeadLetterView {
     pub original: Option<OriginalPosition>,
     /// The consumer group that dead-lettered it.
     pub group: Option<String>,
-    /// Why (the handler's last error).
+    /// Why it was parked: `invalid_envelope`, `rejected`,
+    /// `retries_exhausted` or `unsupported_schema_version`.
+    pub reason: Option<String>,
+    /// The handler's last error.
     pub error: String,
     pub attempts: u32,
     pub dead_lettered_at: Option<DateTime<Utc>>,
@@ -652,6 +655,7 @@ impl From<dl::DeadLetter> for DeadLetterView {
                 offset: o.offset,
             }),
             group: d.group,
+            reason: d.reason,
             error: d.error,
             attempts: d.attempts,
             dead_lettered_at: time(d.dead_lettered_at),

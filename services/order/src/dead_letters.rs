@@ -55,6 +55,7 @@ fn letter(d: dl::DeadLetter) -> pb::DeadLetter {
             offset: o.offset,
         }),
         group: d.group,
+        reason: d.reason,
         error: d.error,
         attempts: d.attempts,
         dead_lettered_at: d.dead_lettered_at.map(timestamp),

@@ -565,6 +565,7 @@ pub struct DeadLetter {
     pub key: Option<String>,
     pub original: Option<OriginalPosition>,
     pub group: Option<String>,
+    pub reason: Option<String>,
     pub error: String,
     pub attempts: u32,
     pub dead_lettered_at: Option<DateTime<Utc>>,

@@ -264,6 +264,7 @@ pub fn dead_letter(m: &DeadLetter) -> String {
     }
     line("group", or_dash(m.group.as_deref()));
     line("event", format!("{} {}", or_dash(m.event_type.as_deref()), or_dash(m.event_id.as_deref())));
+    line("reason", or_dash(m.reason.as_deref()));
     line("attempts", m.attempts.to_string());
     line("dead-lettered", time(m.dead_lettered_at));
     line("error", one_line(&m.error));

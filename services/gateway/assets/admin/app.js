@@ -866,6 +866,7 @@ function renderMessage(topic, m) {
   fact('Original position', originalPosition(m));
   fact('Consumer group', m.group || '—');
   fact('Event', m.event_type || '— (no ce_type)', m.event_id ? ` · ${m.event_id}` : '');
+  fact('Reason', m.reason ? el('code', {}, m.reason) : '—');
   facts.append(el('dt', {}, 'Error'), el('dd', { class: 'error' }, m.error || ''));
   fact('Attempts', String(m.attempts ?? ''));
   fact('Dead-lettered', timeEl(m.dead_lettered_at));
