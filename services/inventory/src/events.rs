@@ -1,13 +1,13 @@
 //! What inventory does with other services' events: a confirmed order turns
-//! its reservation into a sale (`reserved` -> `sold`).
+//! its reservations into sales (`reserved` -> `sold`).
 
 use crate::error::Error;
 use crate::stock::{self, ToCommit};
 use futures::future::BoxFuture;
+use sagaworks_events::OrderConfirmed;
 use sagaworks_outbox::{Handler, HandlerError, OutboxWriter, ReceivedEvent};
 use sqlx::PgConnection;
 use tracing::Instrument;
-use uuid::Uuid;
 
 pub struct OrderEvents {
     outbox: OutboxWriter,
@@ -25,15 +25,15 @@ impl Default for OrderEvents {
     }
 }
 
-#[derive(serde::Deserialize)]
-struct OrderConfirmed {
-    reservation_id: Uuid,
-}
-
-fn reservation_id(event: &ReceivedEvent) -> Result<Uuid, HandlerError> {
-    let confirmed: OrderConfirmed =
-        event.json().map_err(|e| HandlerError::Permanent(format!("unreadable OrderConfirmed: {e}")))?;
-    Ok(confirmed.reservation_id)
+/// What to commit for `event` (an `OrderConfirmed` of any version this
+/// build reads: v1 is upcast to one reservation), in `span`.
+fn to_commit(event: &ReceivedEvent, span: &tracing::Span) -> Result<Vec<ToCommit>, HandlerError> {
+    let confirmed: OrderConfirmed = event.decode()?;
+    Ok(confirmed
+        .reservation_ids
+        .into_iter()
+        .map(|reservation_id| ToCommit { reservation_id, span: span.clone() })
+        .collect())
 }
 
 fn handler_error(e: Error) -> HandlerError {
@@ -45,7 +45,7 @@ fn handler_error(e: Error) -> HandlerError {
 
 impl Handler for OrderEvents {
     fn wants(&self, event: &ReceivedEvent) -> bool {
-        event.event_type == "OrderConfirmed"
+        event.is::<OrderConfirmed>()
     }
 
     fn handle<'a>(
@@ -54,7 +54,8 @@ impl Handler for OrderEvents {
         event: &'a ReceivedEvent,
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
         Box::pin(async move {
-            stock::commit(tx, &self.outbox, reservation_id(event)?).await.map_err(handler_error)?;
+            let requests = to_commit(event, &tracing::Span::current())?;
+            stock::commit_all(tx, &self.outbox, &requests).await.map_err(handler_error)?;
             Ok(())
         })
     }
@@ -70,13 +71,10 @@ impl Handler for OrderEvents {
         spans: &'a [tracing::Span],
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
         Box::pin(async move {
-            let requests = events
-                .iter()
-                .zip(spans)
-                .map(|(event, span)| {
-                    Ok(ToCommit { reservation_id: reservation_id(event)?, span: span.clone() })
-                })
-                .collect::<Result<Vec<_>, HandlerError>>()?;
+            let mut requests = Vec::with_capacity(events.len());
+            for (event, span) in events.iter().zip(spans) {
+                requests.extend(to_commit(event, span)?);
+            }
             let Some(first) = spans.first() else { return Ok(()) };
             stock::commit_all(tx, &self.outbox, &requests)
                 .instrument(first.clone())

@@ -8,7 +8,10 @@
 
 use crate::error::{Error, Result};
 use chrono::{DateTime, Utc};
-use sagaworks_outbox::{NewEvent, OutboxWriter, PendingEvents};
+use sagaworks_events::{
+    ProductCreated, ReservationLine, StockAdded, StockCommitted, StockReleased, StockReserved,
+};
+use sagaworks_outbox::{OutboxWriter, PendingEvents};
 use serde::{Deserialize, Serialize};
 use sqlx::types::Json;
 use sqlx::{FromRow, PgConnection};
@@ -70,12 +73,16 @@ pub struct NewProduct {
 
 const PRODUCT_COLUMNS: &str = "id, sku, name, price_cents, available, reserved, sold, created_at";
 
-#[derive(Serialize)]
-struct ReservationEvent<'a> {
-    reservation_id: Uuid,
-    order_id: Uuid,
-    lines: &'a [Line],
-    total_cents: i64,
+/// A reservation's lines as its events carry them.
+fn event_lines(lines: &[Line]) -> Vec<ReservationLine> {
+    lines
+        .iter()
+        .map(|l| ReservationLine {
+            product_id: l.product_id,
+            quantity: l.quantity,
+            unit_price_cents: l.unit_price_cents,
+        })
+        .collect()
 }
 
 #[tracing::instrument(name = "db.create", skip_all, fields(
@@ -98,11 +105,14 @@ pub async fn create_product(
     .fetch_optional(&mut *conn)
     .await?
     .ok_or_else(|| Error::DuplicateSku(p.sku.clone()))?;
-    let event = serde_json::json!({
-        "product_id": product.id, "sku": product.sku, "name": product.name,
-        "price_cents": product.price_cents, "initial_stock": product.available,
-    });
-    outbox.write(conn, NewEvent::new("product", product.id, "ProductCreated", event)?).await?;
+    let event = ProductCreated {
+        product_id: product.id,
+        sku: product.sku.clone(),
+        name: product.name.clone(),
+        price_cents: product.price_cents,
+        initial_stock: product.available,
+    };
+    outbox.append(conn, &event).await?;
     Ok(product)
 }
 
@@ -123,8 +133,7 @@ pub async fn add_stock(
     .fetch_optional(&mut *conn)
     .await?
     .ok_or(Error::ProductNotFound(id))?;
-    let event = serde_json::json!({ "product_id": id, "quantity": quantity, "available": product.available });
-    outbox.write(conn, NewEvent::new("product", id, "StockAdded", event)?).await?;
+    outbox.append(conn, &StockAdded { product_id: id, quantity, available: product.available }).await?;
     Ok(product)
 }
 
@@ -248,8 +257,8 @@ pub async fn reserve(
     if lines.len() < items.len() {
         return Err(reserve_refused(conn, items, &lines).await);
     }
-    let event = ReservationEvent { reservation_id, order_id, lines: &lines, total_cents: total };
-    outbox.write(conn, NewEvent::new("reservation", reservation_id, "StockReserved", &event)?).await?;
+    let event = StockReserved { reservation_id, order_id, lines: event_lines(&lines), total_cents: total };
+    outbox.append(conn, &event).await?;
     Ok(Reservation {
         id: reservation_id,
         order_id,
@@ -339,10 +348,12 @@ pub async fn release(
         ReservationStatus::Committed => return Err(Error::AlreadyCommitted(reservation_id)),
         ReservationStatus::Reserved => {}
     }
-    let payload = serde_json::json!({
-        "reservation_id": reservation_id, "order_id": r.order_id, "lines": r.lines, "reason": reason,
-    });
-    let event = outbox.pending(NewEvent::new("reservation", reservation_id, "StockReleased", payload)?)?;
+    let event = outbox.stage(&StockReleased {
+        reservation_id,
+        order_id: r.order_id,
+        lines: event_lines(&r.lines),
+        reason: reason.to_string(),
+    })?;
     let back = "available = p.available + i.quantity, reserved = p.reserved - i.quantity";
     settle(conn, std::slice::from_ref(&r), back, "RELEASED", PendingEvents::from_iter([event])).await?;
     r.status = ReservationStatus::Released;
@@ -407,15 +418,14 @@ pub async fn commit_all(
     }
     let mut events = PendingEvents::new();
     for r in &open {
-        let payload = ReservationEvent {
+        let event = StockCommitted {
             reservation_id: r.id,
             order_id: r.order_id,
-            lines: &r.lines,
+            lines: event_lines(&r.lines),
             total_cents: r.total_cents,
         };
-        let event = NewEvent::new("reservation", r.id, "StockCommitted", &payload)?;
         // The event continues the trace of the request that asked for it.
-        events.push(spans[&r.id].in_scope(|| outbox.pending(event))?);
+        events.push(spans[&r.id].in_scope(|| outbox.stage(&event))?);
     }
     settle(
         conn,

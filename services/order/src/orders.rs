@@ -3,7 +3,8 @@
 use crate::error::{Error, Result};
 use crate::saga::{Line, OrderInput, PlaceOrder};
 use chrono::{DateTime, Utc};
-use sagaworks_outbox::{NewEvent, OutboxWriter};
+use sagaworks_events::{OrderCreated, OrderLine};
+use sagaworks_outbox::OutboxWriter;
 use sagaworks_saga::{
     Engine, INSTANCE_COLUMNS, InstanceRecord, NEW_INSTANCE, NewInstance, Saga, Statement, steps_json,
 };
@@ -82,10 +83,12 @@ pub async fn create(
     let trace_id = sagaworks_telemetry::propagation::current_trace_id();
     let lines: Vec<Line> =
         new.items.iter().map(|(&product_id, &quantity)| Line { product_id, quantity }).collect();
-    let payload = serde_json::json!({
-        "order_id": order_id, "customer_id": new.customer_id, "items": &lines, "saga_id": saga_id,
-    });
-    let event = outbox.pending(NewEvent::new("order", order_id, "OrderCreated", payload)?)?;
+    let event = outbox.stage(&OrderCreated {
+        order_id,
+        customer_id: new.customer_id,
+        items: lines.iter().map(|l| OrderLine { product_id: l.product_id, quantity: l.quantity }).collect(),
+        saga_id,
+    })?;
     let saga = NewInstance {
         id: saga_id,
         key: order_id.to_string(),

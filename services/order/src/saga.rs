@@ -14,7 +14,8 @@
 //! participants' calls, the prices a reservation records, and the order's
 //! end with its `OrderConfirmed`/`OrderCancelled` event.
 
-use sagaworks_outbox::{NewEvent, OutboxWriter};
+use sagaworks_events::{OrderCancelled, OrderConfirmed};
+use sagaworks_outbox::OutboxWriter;
 use sagaworks_proto::inventory::v1 as inv;
 use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use sagaworks_proto::payment::v1 as pay;
@@ -71,16 +72,32 @@ impl Saga for PlaceOrder {
     fn on_end(&self, ctx: &StepContext<'_, Self>, end: &End<'_>, w: &mut Statement) -> Result<(), StepError> {
         let input = ctx.input();
         let total_cents = ctx.try_output::<ReserveStock>()?.map_or(0, |r| r.total_cents);
+        // The reservation and the payment are keyed by the saga's id.
         let saga_id = ctx.saga_id();
-        let mut payload = serde_json::json!({
-            "order_id": input.order_id, "customer_id": input.customer_id, "saga_id": saga_id,
-            "reservation_id": saga_id, "payment_id": saga_id, "total_cents": total_cents,
-        });
-        let (status, reason, event_type) = match end {
-            End::Completed => ("CONFIRMED", None, "OrderConfirmed"),
+        let (order_id, customer_id) = (input.order_id, input.customer_id);
+        let (status, reason, event) = match end {
+            End::Completed => {
+                let confirmed = OrderConfirmed {
+                    order_id,
+                    customer_id,
+                    saga_id,
+                    reservation_ids: vec![saga_id],
+                    payment_id: saga_id,
+                    total_cents,
+                };
+                ("CONFIRMED", None, self.outbox.stage(&confirmed))
+            }
             End::Compensated { reason } => {
-                payload["reason"] = (*reason).into();
-                ("CANCELLED", Some(reason.to_string()), "OrderCancelled")
+                let cancelled = OrderCancelled {
+                    order_id,
+                    customer_id,
+                    saga_id,
+                    reservation_id: saga_id,
+                    payment_id: saga_id,
+                    total_cents,
+                    reason: reason.to_string(),
+                };
+                ("CANCELLED", Some(reason.to_string()), self.outbox.stage(&cancelled))
             }
         };
         let (id, status, reason) = (w.bind(input.order_id), w.bind(status), w.bind(reason));
@@ -92,10 +109,7 @@ impl Saga for PlaceOrder {
                  FROM {guard} WHERE orders.id = {id}"
             ),
         );
-        let event = NewEvent::new("order", input.order_id, event_type, payload)
-            .and_then(|e| self.outbox.pending(e))
-            .map_err(|e| StepError::Failed(e.to_string()))?;
-        w.event(event);
+        w.event(event.map_err(|e| StepError::Failed(e.to_string()))?);
         Ok(())
     }
 

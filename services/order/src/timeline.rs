@@ -2,26 +2,46 @@
 //! payment topics that names an order is recorded for `GetOrder`.
 
 use futures::future::BoxFuture;
+use sagaworks_events::{
+    OrderCancelled, OrderConfirmed, OrderCreated, PaymentCharged, PaymentRefunded, StockCommitted,
+    StockReleased, StockReserved,
+};
 use sagaworks_outbox::{Handler, HandlerError, ReceivedEvent};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 pub struct Timeline;
 
-#[derive(serde::Deserialize)]
-struct AboutAnOrder {
-    order_id: Option<Uuid>,
+sagaworks_events::dispatch! {
+    /// The events the timeline records: those about an order.
+    pub enum AboutAnOrder {
+        OrderCreated, OrderConfirmed, OrderCancelled,
+        StockReserved, StockReleased, StockCommitted,
+        PaymentCharged, PaymentRefunded,
+    }
 }
 
-/// Records `events` (those that name an order) in one statement.
+impl AboutAnOrder {
+    pub fn order_id(&self) -> Uuid {
+        match self {
+            Self::OrderCreated(e) => e.order_id,
+            Self::OrderConfirmed(e) => e.order_id,
+            Self::OrderCancelled(e) => e.order_id,
+            Self::StockReserved(e) => e.order_id,
+            Self::StockReleased(e) => e.order_id,
+            Self::StockCommitted(e) => e.order_id,
+            Self::PaymentCharged(e) => e.order_id,
+            Self::PaymentRefunded(e) => e.order_id,
+        }
+    }
+}
+
+/// Records `events` in one statement.
 async fn record(tx: &mut PgConnection, events: &[&ReceivedEvent]) -> Result<(), HandlerError> {
     let mut rows = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for event in events {
-        let about: AboutAnOrder = event
-            .json()
-            .map_err(|e| HandlerError::Permanent(format!("payload is not a JSON object: {e}")))?;
-        let Some(order_id) = about.order_id else { continue };
-        rows.0.push(order_id);
+        let Some(about) = AboutAnOrder::decode(event)? else { continue };
+        rows.0.push(about.order_id());
         rows.1.push(event.id);
         rows.2.push(event.event_type.as_str());
         rows.3.push(event.source.as_str());
@@ -49,6 +69,11 @@ async fn record(tx: &mut PgConnection, events: &[&ReceivedEvent]) -> Result<(), 
 }
 
 impl Handler for Timeline {
+    /// Other events are acknowledged without a transaction.
+    fn wants(&self, event: &ReceivedEvent) -> bool {
+        AboutAnOrder::reads(&event.event_type)
+    }
+
     fn handle<'a>(
         &'a self,
         tx: &'a mut PgConnection,

@@ -7,7 +7,8 @@
 
 use crate::error::{Error, Result};
 use chrono::{DateTime, Utc};
-use sagaworks_outbox::{NewEvent, OutboxWriter, PendingEvent};
+use sagaworks_events::{AccountCredited, AccountOpened, PaymentCharged, PaymentRefunded};
+use sagaworks_outbox::{OutboxWriter, PendingEvent};
 use sqlx::{FromRow, PgConnection};
 use uuid::Uuid;
 
@@ -44,12 +45,6 @@ pub struct Charge {
 
 const ACCOUNT_COLUMNS: &str = "customer_id, name, balance_cents, created_at";
 
-fn payment_event(p: &Payment) -> serde_json::Value {
-    serde_json::json!({
-        "payment_id": p.id, "order_id": p.order_id, "customer_id": p.customer_id, "amount_cents": p.amount_cents,
-    })
-}
-
 #[tracing::instrument(name = "db.open", skip_all, fields(
     otel.name = "open accounts", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
     db.operation.name = "open", db.collection.name = "accounts"))]
@@ -70,9 +65,8 @@ pub async fn open_account(
     .fetch_optional(&mut *conn)
     .await?
     .ok_or(Error::DuplicateCustomer(customer_id))?;
-    let event =
-        serde_json::json!({ "customer_id": customer_id, "name": name, "initial_credit_cents": credit });
-    outbox.write(conn, NewEvent::new("account", customer_id, "AccountOpened", event)?).await?;
+    let event = AccountOpened { customer_id, name: name.to_string(), initial_credit_cents: credit };
+    outbox.append(conn, &event).await?;
     Ok(account)
 }
 
@@ -94,10 +88,8 @@ pub async fn add_credit(
     .fetch_optional(&mut *conn)
     .await?
     .ok_or(Error::CustomerNotFound(customer_id))?;
-    let event = serde_json::json!({
-        "customer_id": customer_id, "amount_cents": amount, "balance_cents": account.balance_cents,
-    });
-    outbox.write(conn, NewEvent::new("account", customer_id, "AccountCredited", event)?).await?;
+    let event = AccountCredited { customer_id, amount_cents: amount, balance_cents: account.balance_cents };
+    outbox.append(conn, &event).await?;
     Ok(account)
 }
 
@@ -152,8 +144,12 @@ pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -
         amount_cents: c.amount_cents,
         status: PaymentStatus::Charged,
     };
-    let event =
-        outbox.pending(NewEvent::new("payment", payment.id, "PaymentCharged", payment_event(&payment))?)?;
+    let event = outbox.stage(&PaymentCharged {
+        payment_id: payment.id,
+        order_id: payment.order_id,
+        customer_id: payment.customer_id,
+        amount_cents: payment.amount_cents,
+    })?;
     let sql = format!(
         "WITH payment AS (
              INSERT INTO payments (id, customer_id, order_id, amount_cents, status)
@@ -250,8 +246,13 @@ pub async fn refund(
         .execute(&mut *conn)
         .await?;
     payment.status = PaymentStatus::Refunded;
-    let mut event = payment_event(&payment);
-    event["reason"] = reason.into();
-    outbox.write(conn, NewEvent::new("payment", payment_id, "PaymentRefunded", event)?).await?;
+    let event = PaymentRefunded {
+        payment_id,
+        order_id: payment.order_id,
+        customer_id: payment.customer_id,
+        amount_cents: payment.amount_cents,
+        reason: reason.to_string(),
+    };
+    outbox.append(conn, &event).await?;
     Ok(payment)
 }
