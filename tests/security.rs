@@ -103,8 +103,8 @@ async fn requests_without_a_valid_token_are_401_and_change_nothing() {
         .bearer_auth(sign_hs256(TEST_JWT_SECRET, &right_audience));
     assert_eq!(send(req).await.0, StatusCode::OK);
 
-    // Health, metrics and the API document stay public.
-    for path in ["/health/live", "/health/ready", "/metrics", "/openapi.json"] {
+    // Health, metrics and the API documents stay public.
+    for path in ["/health/live", "/health/ready", "/metrics", "/openapi.json", "/asyncapi.json"] {
         let res = http.get(stack.url(path)).send().await.unwrap();
         assert_eq!(res.status(), StatusCode::OK, "{path}");
     }

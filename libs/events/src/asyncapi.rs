@@ -8,6 +8,11 @@
 use crate::catalog::{Contract, Topic, contracts, topics};
 use serde_json::{Map, Value, json};
 
+/// The committed document (`proto/events/asyncapi.json`), as validated in CI
+/// and served by the gateway; the `contracts` test keeps it equal to
+/// [`document_text`].
+pub const COMMITTED: &str = include_str!("../../../proto/events/asyncapi.json");
+
 /// The schema format of the payloads (what [`crate::catalog::schema_of`] generates).
 const SCHEMA_FORMAT: &str = "application/schema+json;version=draft-07";
 const KAFKA_BINDING: &str = "0.5.0";

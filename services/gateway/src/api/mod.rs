@@ -12,7 +12,9 @@ use crate::error::ApiError;
 use crate::ratelimit::Limiter;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::http::header::CONTENT_TYPE;
 use axum::routing::{get, post};
+use sagaworks_events::asyncapi;
 use sagaworks_proto::deadletter::v1::dead_letter_service_client::DeadLetterServiceClient;
 use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use sagaworks_proto::order::v1::order_service_client::OrderServiceClient;
@@ -133,7 +135,7 @@ impl Modify for Security {
     }
 }
 
-/// The `/v1` routes, `/openapi.json`, and a problem+json fallback.
+/// The `/v1` routes, `/openapi.json`, `/asyncapi.json`, and a problem+json fallback.
 pub fn router(state: AppState) -> Router {
     let limit = state.settings.max_body_bytes;
     let guarded = Router::new()
@@ -161,6 +163,11 @@ pub fn router(state: AppState) -> Router {
         .merge(guarded)
         .merge(inspector::routes())
         .route("/openapi.json", get(|| async { axum::Json(ApiDoc::openapi()) }))
+        // The events' contract (AsyncAPI 3.0), as committed and validated.
+        .route(
+            "/asyncapi.json",
+            get(|| async { ([(CONTENT_TYPE, "application/json")], asyncapi::COMMITTED) }),
+        )
         .fallback(|| async { ApiError::NotFound("no such resource".into()) })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)

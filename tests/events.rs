@@ -1,0 +1,96 @@
+//! The event contracts through the running services: the gateway serves the
+//! AsyncAPI document, the order service writes `OrderConfirmed` v2, and
+//! inventory, built with v2, still commits the reservation named by a v1
+//! `OrderConfirmed` that an order service not yet upgraded wrote.
+
+use reqwest::StatusCode;
+use sagaworks_events::order::v1;
+use sagaworks_outbox::{OutboxWriter, Relay, RelaySettings};
+use sagaworks_proto::inventory::v1 as inv;
+use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
+use sagaworks_test_support::{TestDatabase, eventually};
+use std::time::Duration;
+use system_tests::Stack;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+#[tokio::test]
+async fn inventory_commits_the_reservation_of_a_v1_order_confirmed_from_a_producer_not_yet_upgraded() {
+    let stack = Stack::start().await;
+    let product = stack.product(100, 10).await;
+    let (order_id, reservation_id) = (Uuid::now_v7(), Uuid::now_v7());
+    let mut inventory = InventoryServiceClient::connect(stack.inventory.grpc_url()).await.unwrap();
+    inventory
+        .reserve_stock(inv::ReserveStockRequest {
+            idempotency_key: format!("{reservation_id}:reserve_stock"),
+            reservation_id: reservation_id.to_string(),
+            order_id: order_id.to_string(),
+            items: vec![inv::ReserveItem { product_id: product.clone(), quantity: 3 }],
+        })
+        .await
+        .unwrap();
+    assert_eq!(stack.stock(&product).await, (7, 3, 0));
+
+    // The old order service: its own database, outbox and relay, writing v1.
+    let old_order_db = TestDatabase::create("old_order").await;
+    let pool = old_order_db.pool().await;
+    sagaworks_runtime::db::migrate(&pool, &mut [sagaworks_outbox::migrator()]).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let confirmed = v1::OrderConfirmed {
+        order_id,
+        customer_id: Uuid::now_v7(),
+        saga_id: reservation_id,
+        reservation_id,
+        payment_id: reservation_id,
+        total_cents: 300,
+    };
+    OutboxWriter::new("order").append(&mut tx, &confirmed).await.unwrap();
+    tx.commit().await.unwrap();
+    let relay = Relay::new(pool.clone(), &stack.kafka, RelaySettings { service: "order".into(), ..Default::default() })
+        .unwrap();
+    let stop = CancellationToken::new();
+    let relaying = tokio::spawn(relay.run(stop.clone()));
+
+    eventually("the v1 event's reservation sold", Duration::from_secs(60), || async {
+        (stack.stock(&product).await == (7, 0, 3)).then_some(())
+    })
+    .await;
+    stop.cancel();
+    relaying.await.unwrap();
+}
+
+#[tokio::test]
+async fn the_gateway_serves_the_asyncapi_document_and_orders_confirm_with_v2() {
+    let stack = Stack::start().await;
+    let (status, doc) = stack.get("/asyncapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc["asyncapi"], "3.0.0");
+    assert_eq!(doc["channels"]["order"]["address"], "{prefix}.order");
+    let v2 = &doc["components"]["messages"]["OrderConfirmed.v2"];
+    assert_eq!(v2["headers"]["properties"]["ce_schemaversion"]["const"], "2", "{v2}");
+    assert!(v2["payload"]["schema"]["required"].as_array().unwrap().contains(&"reservation_ids".into()));
+
+    // What the order service writes is that message.
+    let product = stack.product(100, 10).await;
+    let customer = stack.customer(1_000).await;
+    let (status, order) = stack.place(&customer, &product, 2).await;
+    assert_eq!(status, StatusCode::CREATED, "{order}");
+    let order = stack.settled(order["order_id"].as_str().unwrap()).await;
+    assert_eq!(order["status"], "CONFIRMED", "{order}");
+    let pool = stack.order_db.pool().await;
+    let (version, schema, payload): (i32, Option<String>, Vec<u8>) = sqlx::query_as(
+        "SELECT schema_version, data_schema, payload FROM outbox WHERE event_type = 'OrderConfirmed'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!((version, schema.as_deref()), (2, Some("urn:sagaworks:event:OrderConfirmed:v2")));
+    let payload: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+    // The reservation is the saga's (keyed by its id).
+    assert_eq!(payload["reservation_ids"], serde_json::json!([payload["saga_id"]]), "{payload}");
+    assert_eq!(payload["order_id"], order["order_id"], "{payload}");
+    eventually("the reservation sold", Duration::from_secs(60), || async {
+        (stack.stock(&product).await == (8, 0, 2)).then_some(())
+    })
+    .await;
+}
