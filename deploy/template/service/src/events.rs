@@ -5,22 +5,17 @@
 //! in the inbox, so a redelivered event changes nothing.
 
 use futures::future::BoxFuture;
+use sagaworks_events::OrderConfirmed;
 use sagaworks_outbox::{Handler, HandlerError, ReceivedEvent};
 use sqlx::PgConnection;
-use uuid::Uuid;
 
 #[derive(Debug, Default)]
 pub struct OrderEvents;
 
-#[derive(serde::Deserialize)]
-struct OrderConfirmed {
-    order_id: Uuid,
-    total_cents: i64,
-}
-
 impl Handler for OrderEvents {
+    /// The order topic's other events are acknowledged without a transaction.
     fn wants(&self, event: &ReceivedEvent) -> bool {
-        event.event_type == "OrderConfirmed"
+        event.is::<OrderConfirmed>()
     }
 
     fn handle<'a>(
@@ -29,9 +24,9 @@ impl Handler for OrderEvents {
         event: &'a ReceivedEvent,
     ) -> BoxFuture<'a, Result<(), HandlerError>> {
         Box::pin(async move {
-            let confirmed: OrderConfirmed = event
-                .json()
-                .map_err(|e| HandlerError::Permanent(format!("unreadable OrderConfirmed: {e}")))?;
+            // The contract's type: older versions upcast, a newer one parked
+            // (dlq_reason=unsupported_schema_version) until this service is rebuilt.
+            let confirmed: OrderConfirmed = event.decode()?;
             sqlx::query(
                 "INSERT INTO confirmed_orders (order_id, total_cents) VALUES ($1, $2) ON CONFLICT DO NOTHING",
             )

@@ -5,13 +5,11 @@
 use crate::error::{Error, Result};
 use crate::saga::{ClaimInput, ClaimUnit};
 use chrono::{DateTime, Utc};
-use sagaworks_outbox::{NewEvent, OutboxWriter};
+use crate::contract::ItemCreated;
+use sagaworks_outbox::OutboxWriter;
 use sagaworks_saga::{Engine, NEW_INSTANCE, NewInstance, Statement};
 use sqlx::{FromRow, PgConnection};
 use uuid::Uuid;
-
-/// Aggregate type of this service's events: they go to `<topic_prefix>.{{name}}`.
-pub const AGGREGATE: &str = "{{name}}";
 
 #[derive(Debug, Clone, FromRow)]
 pub struct Item {
@@ -58,8 +56,8 @@ pub async fn create(
     .fetch_optional(&mut *conn)
     .await?
     .ok_or(Error::DuplicateItem(new.id))?;
-    let event = serde_json::json!({ "item_id": item.id, "product_id": item.product_id, "name": item.name });
-    outbox.write(conn, NewEvent::new(AGGREGATE, item.id, "ItemCreated", event)?).await?;
+    let event = ItemCreated { item_id: item.id, product_id: item.product_id, name: item.name.clone() };
+    outbox.append(conn, &event).await?;
 
     let saga = NewInstance {
         id: Uuid::now_v7(),

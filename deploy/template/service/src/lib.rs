@@ -12,11 +12,13 @@
 //! * [`grpc`] - request validation and mapping to the protobuf contract.
 //! * [`items`] - the item rules, on the database.
 //! * [`saga`] - the saga this service hosts (an item claims a unit of its product).
+//! * [`contract`] - the events it publishes, as typed, versioned payloads.
 //! * [`events`] - what this service does with other services' events.
 //! * [`error`] - errors and their one mapping to gRPC codes.
 //! * [`pb`] - the generated gRPC contract (`proto/{{name}}.proto`).
 
 pub mod config;
+pub mod contract;
 pub mod error;
 pub mod events;
 pub mod grpc;

@@ -15,7 +15,8 @@
 //! to [`definition`]; `tests/saga.rs` then runs the new step's fault cases
 //! too (docs/design.md, "Adding a saga step").
 
-use sagaworks_outbox::{NewEvent, OutboxWriter};
+use crate::contract::{ItemActivated, ItemRejected};
+use sagaworks_outbox::OutboxWriter;
 use sagaworks_proto::inventory::v1 as inv;
 use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use sagaworks_resilience::ResilientChannel;
@@ -55,19 +56,16 @@ impl Saga for ClaimUnit {
     /// The item's status and its event, in the statement that ends the saga.
     fn on_end(&self, ctx: &StepContext<'_, Self>, end: &End<'_>, w: &mut Statement) -> Result<(), StepError> {
         let item_id = ctx.input().item_id;
-        let (status, event_type, payload) = match end {
-            End::Completed => ("ACTIVE", "ItemActivated", serde_json::json!({ "item_id": item_id })),
+        let (status, event) = match end {
+            End::Completed => ("ACTIVE", self.outbox.stage(&ItemActivated { item_id })),
             End::Compensated { reason } => {
-                ("REJECTED", "ItemRejected", serde_json::json!({ "item_id": item_id, "reason": reason }))
+                ("REJECTED", self.outbox.stage(&ItemRejected { item_id, reason: reason.to_string() }))
             }
         };
         let (id, status) = (w.bind(item_id), w.bind(status));
         let guard = w.guard().to_string();
         w.with("item_end", format!("UPDATE items SET status = {status} FROM {guard} WHERE items.id = {id}"));
-        let event = NewEvent::new(crate::items::AGGREGATE, item_id, event_type, payload)
-            .and_then(|e| self.outbox.pending(e))
-            .map_err(|e| StepError::Failed(e.to_string()))?;
-        w.event(event);
+        w.event(event.map_err(|e| StepError::Failed(e.to_string()))?);
         Ok(())
     }
 }

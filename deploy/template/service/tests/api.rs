@@ -3,7 +3,8 @@
 
 mod support;
 
-use sagaworks_outbox::{NewEvent, OutboxWriter, Relay, RelaySettings};
+use sagaworks_events::{OrderConfirmed, OrderCreated, OrderLine};
+use sagaworks_outbox::{OutboxWriter, Relay, RelaySettings};
 use sagaworks_test_support::{TestDatabase, eventually};
 use std::time::Duration;
 use support::{WAIT, spawn_app};
@@ -50,7 +51,7 @@ async fn ready_then_create_item_writes_the_item_and_publishes_its_event() {
     .await
     .expect("the item's outbox rows");
     let types: Vec<(&str, &str)> = events.iter().map(|(a, t, _)| (a.as_str(), t.as_str())).collect();
-    let aggregate = {{name}}::items::AGGREGATE;
+    let aggregate = {{name}}::contract::AGGREGATE;
     assert_eq!(types, [(aggregate, "ItemCreated"), (aggregate, "ItemActivated")]);
     let payload: serde_json::Value = serde_json::from_slice(&events[0].2).expect("JSON payload");
     assert_eq!(payload["product_id"], product_id.as_str());
@@ -112,11 +113,20 @@ async fn order_confirmed_events_from_kafka_land_in_the_read_model() {
         .expect("outbox tables");
     let order_id = Uuid::new_v4();
     let mut tx = order_pool.begin().await.expect("tx");
-    for (event_type, total) in [("OrderCreated", 0), ("OrderConfirmed", 1_250)] {
-        let payload = serde_json::json!({ "order_id": order_id, "total_cents": total });
-        let event = NewEvent::new("order", order_id, event_type, payload).expect("event");
-        OutboxWriter::new("order").write(&mut tx, event).await.expect("outbox write");
-    }
+    let (customer_id, saga_id) = (Uuid::new_v4(), Uuid::new_v4());
+    let outbox = OutboxWriter::new("order");
+    let items = vec![OrderLine { product_id: Uuid::new_v4(), quantity: 1 }];
+    let created = OrderCreated { order_id, customer_id, items, saga_id };
+    outbox.append(&mut tx, &created).await.expect("outbox write");
+    let confirmed = OrderConfirmed {
+        order_id,
+        customer_id,
+        saga_id,
+        reservation_ids: vec![saga_id],
+        payment_id: saga_id,
+        total_cents: 1_250,
+    };
+    outbox.append(&mut tx, &confirmed).await.expect("outbox write");
     tx.commit().await.expect("commit");
     let relay_settings = RelaySettings { service: "order".into(), ..Default::default() };
     let relay = Relay::new(order_pool, &app.kafka, relay_settings).expect("relay");
