@@ -46,8 +46,12 @@ async fn inventory_commits_the_reservation_of_a_v1_order_confirmed_from_a_produc
     };
     OutboxWriter::new("order").append(&mut tx, &confirmed).await.unwrap();
     tx.commit().await.unwrap();
-    let relay = Relay::new(pool.clone(), &stack.kafka, RelaySettings { service: "order".into(), ..Default::default() })
-        .unwrap();
+    let relay = Relay::new(
+        pool.clone(),
+        &stack.kafka,
+        RelaySettings { service: "order".into(), ..Default::default() },
+    )
+    .unwrap();
     let stop = CancellationToken::new();
     let relaying = tokio::spawn(relay.run(stop.clone()));
 
