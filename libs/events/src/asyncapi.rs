@@ -29,11 +29,6 @@ pub fn document() -> Value {
             messages.insert(c.id(), message(topic, c));
         }
         messages.insert(dead_letter_id(topic), dead_letter_message(topic));
-        let refs = |which: &mut dyn Iterator<Item = &&Contract>| -> Vec<Value> {
-            which
-                .map(|c| json!({ "$ref": format!("#/channels/{}/messages/{}", topic.aggregate, c.id()) }))
-                .collect()
-        };
         channels.insert(topic.aggregate.to_string(), channel(topic, &on_topic));
         channels.insert(dlq_channel(topic), dead_letter_channel(topic));
         operations.insert(
@@ -46,11 +41,11 @@ pub fn document() -> Value {
                     "The {} service's outbox relay publishes the events of its `{}` aggregates, in commit order per key.",
                     topic.producer, topic.aggregate
                 ),
-                "messages": refs(&mut on_topic.iter().filter(|c| c.current)),
+                "messages": message_refs(topic, on_topic.iter().filter(|c| c.current)),
             }),
         );
         for reader in topic.consumers {
-            let reads = &mut on_topic.iter().filter(|c| reader.reads.contains(&c.event_type));
+            let reads = on_topic.iter().filter(|c| reader.reads.contains(&c.event_type));
             operations.insert(
                 format!("{}.receive.{}", topic.aggregate, reader.group),
                 json!({
@@ -62,7 +57,7 @@ pub fn document() -> Value {
                          (inbox), and acknowledges the topic's other events unhandled.",
                         reader.group, reader.service
                     ),
-                    "messages": refs(reads),
+                    "messages": message_refs(topic, reads),
                 }),
             );
         }
@@ -117,6 +112,13 @@ pub fn document_text() -> String {
     let mut text = serde_json::to_string_pretty(&document()).expect("JSON values serialise");
     text.push('\n');
     text
+}
+
+/// References to `contracts`' messages in `topic`'s channel, as operations need them.
+fn message_refs<'a>(topic: &Topic, contracts: impl Iterator<Item = &'a &'a Contract>) -> Vec<Value> {
+    contracts
+        .map(|c| json!({ "$ref": format!("#/channels/{}/messages/{}", topic.aggregate, c.id()) }))
+        .collect()
 }
 
 fn prefix_parameter() -> Value {
@@ -222,7 +224,7 @@ fn message(topic: &Topic, c: &Contract) -> Value {
         "ce_time": "2026-12-04T12:00:00.000000Z",
         "ce_schemaversion": c.version.to_string(),
         "ce_dataschema": c.data_schema,
-        "ce_aggregateid": key_of(c),
+        "ce_aggregateid": c.example_key,
         "content-type": "application/json",
         "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
     });
@@ -237,15 +239,6 @@ fn message(topic: &Topic, c: &Contract) -> Value {
         "bindings": key(topic),
         "examples": [{ "name": format!("{}-v{}", c.event_type, c.version), "headers": example_headers, "payload": c.example }],
     })
-}
-
-/// The example's key: the first `*_id` field that names the aggregate.
-fn key_of(c: &Contract) -> String {
-    let field = match c.aggregate {
-        "account" => "customer_id".to_string(),
-        aggregate => format!("{aggregate}_id"),
-    };
-    c.example.get(&field).and_then(Value::as_str).unwrap_or_default().to_string()
 }
 
 fn dead_letter_message(topic: &Topic) -> Value {

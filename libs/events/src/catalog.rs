@@ -28,6 +28,8 @@ pub struct Contract {
     /// JSON Schema (draft-07, no `$ref`s) of the payload.
     pub schema: Value,
     pub example: Value,
+    /// The example's Kafka key.
+    pub example_key: String,
 }
 
 impl Contract {
@@ -122,6 +124,7 @@ fn contract<E: Event + JsonSchema + Example>(current: bool) -> Contract {
     let mut schema = schema_of::<E>();
     // The schema file names itself by the URI its events carry in `ce_dataschema`.
     schema["$id"] = E::data_schema().into();
+    let example = E::example();
     Contract {
         event_type: E::TYPE,
         aggregate: E::AGGREGATE,
@@ -129,7 +132,8 @@ fn contract<E: Event + JsonSchema + Example>(current: bool) -> Contract {
         current,
         data_schema: E::data_schema(),
         schema,
-        example: serde_json::to_value(E::example()).expect("examples serialise"),
+        example: serde_json::to_value(&example).expect("examples serialise"),
+        example_key: example.aggregate_id(),
     }
 }
 
