@@ -39,11 +39,14 @@ pub struct ServiceHost {
     grpc: TcpListener,
     http: TcpListener,
     faults: Option<FaultInjector>,
+    name: &'static str,
 }
 
 impl ServiceHost {
-    /// Creates the pool, applies `migrators` (when `database.migrate`), binds both ports.
+    /// Creates the pool, applies `migrators` (when `database.migrate`), binds both
+    /// ports. `name` labels the service's request metrics.
     pub async fn build(
+        name: &'static str,
         database: &DatabaseSettings,
         mut migrators: Vec<Migrator>,
         grpc: &ListenSettings,
@@ -55,7 +58,7 @@ impl ServiceHost {
         if database.migrate {
             db::migrate(&pool, &mut migrators).await?;
         }
-        Ok(Self { pool, grpc: listen(grpc).await?, http: listen(http).await?, faults: None })
+        Ok(Self { pool, grpc: listen(grpc).await?, http: listen(http).await?, faults: None, name })
     }
 
     /// With `fault.enabled`, the gRPC routes get the fault layer and the HTTP port
@@ -104,7 +107,9 @@ impl ServiceHost {
         let servers = async {
             tokio::try_join!(
                 async {
-                    crate::serve::grpc(self.grpc, routes, shutdown.clone()).await.map_err(HostError::from)
+                    crate::serve::grpc(self.name, self.grpc, routes, shutdown.clone())
+                        .await
+                        .map_err(HostError::from)
                 },
                 async {
                     crate::serve::http(self.http, router, shutdown.clone()).await.map_err(HostError::Http)

@@ -22,14 +22,16 @@ pub async fn http(
 }
 
 /// Serves gRPC `routes` until `shutdown`, then drains in-flight calls. Every
-/// call gets a server span continuing the caller's W3C trace context.
+/// call gets a server span continuing the caller's W3C trace context, and is
+/// counted in `rpc_server_duration_seconds{service = name}`.
 pub async fn grpc(
+    name: &'static str,
     listener: TcpListener,
     routes: tonic::service::Routes,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
     tonic::transport::Server::builder()
-        .layer(sagaworks_telemetry::grpc::ServerTraceLayer::default())
+        .layer(sagaworks_telemetry::grpc::ServerTraceLayer::new(name))
         .add_routes(routes)
         .serve_with_incoming_shutdown(grpc_incoming(listener), shutdown.cancelled_owned())
         .await

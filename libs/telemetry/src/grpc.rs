@@ -2,9 +2,9 @@
 //!
 //! ```ignore
 //! // server: a span per incoming call, continuing the caller's trace
-//! Server::builder().layer(ServerTraceLayer::default()).add_service(svc).serve(addr).await?;
+//! Server::builder().layer(ServerTraceLayer::new("inventory")).add_service(svc).serve(addr).await?;
 //! // client: a span per outgoing call; `traceparent` goes out as metadata
-//! let client = InventoryServiceClient::new(ClientTraceLayer::default().layer(channel));
+//! let client = InventoryServiceClient::new(ClientTraceLayer::new("order").layer(channel));
 //! ```
 //!
 //! Both spans are named `{rpc.service}/{rpc.method}` and carry `rpc.system`,
@@ -13,6 +13,12 @@
 //! from the trailers at the end of the body; the span stays open until then, so its
 //! duration covers the whole call. A client span is an error for any status but `OK`;
 //! a server span only for the server-fault codes (see the crate docs).
+//!
+//! Each call is also counted in a duration histogram (RED: rate, errors, duration),
+//! [`RPC_SERVER_DURATION`] or [`RPC_CLIENT_DURATION`], labelled `service` (the process
+//! recording it, given to [`ServerTraceLayer::new`] / [`ClientTraceLayer::new`]),
+//! `rpc_service`, `rpc_method` and `code` (the gRPC status name, e.g. `OK`,
+//! `UNAVAILABLE`; `UNKNOWN` when the response carried none).
 //!
 //! Responses come back with a [`tonic::body::Body`], whatever the inner body was.
 
@@ -24,12 +30,18 @@ use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
+use std::time::Instant;
 use tonic::Code;
 use tonic::body::Body;
 use tower::{BoxError, Layer, Service};
 use tracing::Span;
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// Histogram: seconds per incoming call, to the end of its response.
+pub const RPC_SERVER_DURATION: &str = "rpc_server_duration_seconds";
+/// Histogram: seconds per outgoing call, to the end of its response.
+pub const RPC_CLIENT_DURATION: &str = "rpc_client_duration_seconds";
 
 /// Which end of the call a span describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,17 +69,23 @@ impl Side {
 }
 
 /// Traces outgoing calls: wrap a tonic `Channel` (or any service stack) with it.
-///
-/// Construct it with `ClientTraceLayer::default()` (room for options later).
-#[derive(Debug, Clone, Copy, Default)]
-#[non_exhaustive]
-pub struct ClientTraceLayer {}
+#[derive(Debug, Clone, Copy)]
+pub struct ClientTraceLayer {
+    service: &'static str,
+}
+
+impl ClientTraceLayer {
+    /// For calls made by `service` (the `service` label of [`RPC_CLIENT_DURATION`]).
+    pub fn new(service: &'static str) -> Self {
+        Self { service }
+    }
+}
 
 impl<S> Layer<S> for ClientTraceLayer {
     type Service = ClientTrace<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ClientTrace { inner }
+        ClientTrace { inner, service: self.service }
     }
 }
 
@@ -75,6 +93,7 @@ impl<S> Layer<S> for ClientTraceLayer {
 #[derive(Debug, Clone)]
 pub struct ClientTrace<S> {
     inner: S,
+    service: &'static str,
 }
 
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for ClientTrace<S>
@@ -93,25 +112,31 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<ReqBody>) -> Self::Future {
-        let span = rpc_span(Side::Client, request.uri());
-        propagation::inject_context(&span.context(), &mut HeaderInjector(request.headers_mut()));
-        let inner = span.in_scope(|| self.inner.call(request));
-        ResponseFuture { inner, span, side: Side::Client }
+        let call = Call::start(Side::Client, self.service, request.uri());
+        propagation::inject_context(&call.span.context(), &mut HeaderInjector(request.headers_mut()));
+        let inner = call.span.in_scope(|| self.inner.call(request));
+        ResponseFuture { inner, call: Some(call) }
     }
 }
 
-/// Traces incoming calls: `tonic::transport::Server::builder().layer(ServerTraceLayer::default())`.
-///
-/// Construct it with `ServerTraceLayer::default()` (room for options later).
-#[derive(Debug, Clone, Copy, Default)]
-#[non_exhaustive]
-pub struct ServerTraceLayer {}
+/// Traces incoming calls: `tonic::transport::Server::builder().layer(ServerTraceLayer::new("order"))`.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerTraceLayer {
+    service: &'static str,
+}
+
+impl ServerTraceLayer {
+    /// For the calls `service` serves (the `service` label of [`RPC_SERVER_DURATION`]).
+    pub fn new(service: &'static str) -> Self {
+        Self { service }
+    }
+}
 
 impl<S> Layer<S> for ServerTraceLayer {
     type Service = ServerTrace<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ServerTrace { inner }
+        ServerTrace { inner, service: self.service }
     }
 }
 
@@ -119,6 +144,7 @@ impl<S> Layer<S> for ServerTraceLayer {
 #[derive(Debug, Clone)]
 pub struct ServerTrace<S> {
     inner: S,
+    service: &'static str,
 }
 
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for ServerTrace<S>
@@ -137,11 +163,11 @@ where
     }
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
-        let span = rpc_span(Side::Server, request.uri());
+        let call = Call::start(Side::Server, self.service, request.uri());
         // The caller's context, or an empty one: a server span never joins an ambient trace.
-        let _ = span.set_parent(propagation::extract(&HeaderExtractor(request.headers())));
-        let inner = span.in_scope(|| self.inner.call(request));
-        ResponseFuture { inner, span, side: Side::Server }
+        let _ = call.span.set_parent(propagation::extract(&HeaderExtractor(request.headers())));
+        let inner = call.span.in_scope(|| self.inner.call(request));
+        ResponseFuture { inner, call: Some(call) }
     }
 }
 
@@ -190,16 +216,102 @@ fn rpc_span(side: Side, uri: &http::Uri) -> Span {
     span
 }
 
-fn record_status(span: &Span, side: Side, code: Code) {
-    span.record("rpc.grpc.status_code", code as i64);
-    if side.is_error(code) {
-        record_error(span, code.description());
+/// One call in flight: its span and what its duration is recorded under. A call
+/// dropped before it finished (the caller gave up: a timeout, a cancelled request)
+/// is recorded as `CANCELLED`.
+struct Call {
+    span: Span,
+    side: Side,
+    service: &'static str,
+    rpc_service: String,
+    rpc_method: String,
+    started: Instant,
+    finished: bool,
+}
+
+/// How a call ended.
+enum Ended<'a> {
+    Status(Code),
+    /// No gRPC status (a transport failure, an HTTP error, a broken body).
+    Failed(&'a str),
+}
+
+impl Call {
+    fn start(side: Side, service: &'static str, uri: &http::Uri) -> Self {
+        let (rpc_service, rpc_method) = service_and_method(uri.path());
+        Self {
+            span: rpc_span(side, uri),
+            side,
+            service,
+            rpc_service: rpc_service.to_owned(),
+            rpc_method: rpc_method.to_owned(),
+            started: Instant::now(),
+            finished: false,
+        }
+    }
+
+    /// Records the outcome on the span and the call in its histogram (once).
+    fn finish(&mut self, ended: Ended<'_>) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        let code = match ended {
+            Ended::Status(code) => {
+                self.span.record("rpc.grpc.status_code", code as i64);
+                if self.side.is_error(code) {
+                    record_error(&self.span, code.description());
+                }
+                code_name(code)
+            }
+            Ended::Failed(description) => {
+                record_error(&self.span, description);
+                "UNKNOWN"
+            }
+        };
+        let name = match self.side {
+            Side::Server => RPC_SERVER_DURATION,
+            Side::Client => RPC_CLIENT_DURATION,
+        };
+        metrics::histogram!(name, "service" => self.service, "rpc_service" => std::mem::take(&mut self.rpc_service),
+            "rpc_method" => std::mem::take(&mut self.rpc_method), "code" => code)
+        .record(self.started.elapsed().as_secs_f64());
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.finish(Ended::Status(Code::Cancelled));
+        }
     }
 }
 
 fn record_error(span: &Span, description: &str) {
     span.record("otel.status_code", "ERROR");
     span.record("otel.status_description", description);
+}
+
+/// The status code as the gRPC spec names it (`OK`, `UNAVAILABLE`, ...).
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
 }
 
 fn grpc_status(headers: &http::HeaderMap) -> Option<Code> {
@@ -212,8 +324,8 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
-        span: Span,
-        side: Side,
+        // `None` once the response is out (the body finishes the call).
+        call: Option<Call>,
     }
 }
 
@@ -229,27 +341,27 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = {
-            let _entered = this.span.enter();
+            let _entered = this.call.as_ref().map(|call| call.span.enter());
             ready!(this.inner.poll(cx))
         };
-        let side = *this.side;
+        let mut call = this.call.take().expect("ResponseFuture polled after completion");
         Poll::Ready(match result {
             Ok(response) => {
                 let (parts, body) = response.into_parts();
                 let body = if let Some(code) = grpc_status(&parts.headers) {
-                    record_status(this.span, side, code);
+                    call.finish(Ended::Status(code));
                     Body::new(body)
                 } else if !parts.status.is_success() {
-                    record_error(this.span, &format!("HTTP status {}", parts.status));
+                    call.finish(Ended::Failed(&format!("HTTP status {}", parts.status)));
                     Body::new(body)
                 } else {
-                    // The status comes in the trailers: keep the span open until then.
-                    Body::new(TracedBody { inner: body, span: Some(this.span.clone()), side })
+                    // The status comes in the trailers: keep the call open until then.
+                    Body::new(TracedBody { inner: body, call: Some(call) })
                 };
                 Ok(http::Response::from_parts(parts, body))
             }
             Err(error) => {
-                record_error(this.span, &error.to_string());
+                call.finish(Ended::Failed(&error.to_string()));
                 Err(error)
             }
         })
@@ -262,8 +374,7 @@ pin_project! {
     struct TracedBody<B> {
         #[pin]
         inner: B,
-        span: Option<Span>,
-        side: Side,
+        call: Option<Call>,
     }
 }
 
@@ -283,22 +394,22 @@ where
         match &frame {
             Some(Ok(frame)) => {
                 if let Some(trailers) = frame.trailers_ref()
-                    && let Some(span) = this.span.take()
+                    && let Some(mut call) = this.call.take()
                 {
                     match grpc_status(trailers) {
-                        Some(code) => record_status(&span, *this.side, code),
-                        None => record_error(&span, "response ended without grpc-status"),
+                        Some(code) => call.finish(Ended::Status(code)),
+                        None => call.finish(Ended::Failed("response ended without grpc-status")),
                     }
                 }
             }
             Some(Err(_)) => {
-                if let Some(span) = this.span.take() {
-                    record_error(&span, "response body failed");
+                if let Some(mut call) = this.call.take() {
+                    call.finish(Ended::Failed("response body failed"));
                 }
             }
             None => {
-                if let Some(span) = this.span.take() {
-                    record_error(&span, "response ended without grpc-status");
+                if let Some(mut call) = this.call.take() {
+                    call.finish(Ended::Failed("response ended without grpc-status"));
                 }
             }
         }

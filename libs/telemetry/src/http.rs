@@ -3,7 +3,7 @@
 //! ```ignore
 //! let app = Router::new()
 //!     .route("/orders/{id}", get(get_order))
-//!     .layer(sagaworks_telemetry::http::ServerTraceLayer::default());
+//!     .layer(sagaworks_telemetry::http::ServerTraceLayer::new("gateway"));
 //! ```
 //!
 //! Each request gets a server span that continues the caller's W3C `traceparent` (or
@@ -12,6 +12,11 @@
 //! service errors mark it as an error. Added with `Router::layer`, the layer sees
 //! axum's [`MatchedPath`]; wrapped around the whole router (no matched path yet) the
 //! span is named by the method alone, as the conventions ask for.
+//!
+//! Each request is also counted in the histogram [`HTTP_SERVER_DURATION`] (RED: rate,
+//! errors, duration), labelled `service`, `method`, `route` (the matched template,
+//! never the raw path, so ids do not explode the series; `unmatched` for a request no
+//! route took) and `status`.
 
 use crate::propagation::{self, HeaderExtractor};
 use axum::extract::MatchedPath;
@@ -20,23 +25,33 @@ use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
+use std::time::Instant;
 use tower::{Layer, Service};
 use tracing::Span;
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+/// Histogram: seconds per request, until its response head.
+pub const HTTP_SERVER_DURATION: &str = "http_server_request_duration_seconds";
+
 /// Traces every request passing through it.
-///
-/// Construct it with `ServerTraceLayer::default()` (room for options later).
-#[derive(Debug, Clone, Copy, Default)]
-#[non_exhaustive]
-pub struct ServerTraceLayer {}
+#[derive(Debug, Clone, Copy)]
+pub struct ServerTraceLayer {
+    service: &'static str,
+}
+
+impl ServerTraceLayer {
+    /// For the requests `service` serves (the `service` label of [`HTTP_SERVER_DURATION`]).
+    pub fn new(service: &'static str) -> Self {
+        Self { service }
+    }
+}
 
 impl<S> Layer<S> for ServerTraceLayer {
     type Service = ServerTrace<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ServerTrace { inner }
+        ServerTrace { inner, service: self.service }
     }
 }
 
@@ -44,6 +59,7 @@ impl<S> Layer<S> for ServerTraceLayer {
 #[derive(Debug, Clone)]
 pub struct ServerTrace<S> {
     inner: S,
+    service: &'static str,
 }
 
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for ServerTrace<S>
@@ -62,8 +78,31 @@ where
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
         let span = request_span(&request);
         let _ = span.set_parent(propagation::extract(&HeaderExtractor(request.headers())));
+        let labels = Labels {
+            service: self.service,
+            method: request.method().clone(),
+            route: request.extensions().get::<MatchedPath>().map(|r| r.as_str().to_owned()),
+            started: Instant::now(),
+        };
         let inner = span.in_scope(|| self.inner.call(request));
-        ResponseFuture { inner, span }
+        ResponseFuture { inner, span, labels: Some(labels) }
+    }
+}
+
+/// What a request's duration is recorded under.
+struct Labels {
+    service: &'static str,
+    method: http::Method,
+    route: Option<String>,
+    started: Instant,
+}
+
+impl Labels {
+    fn record(self, status: String) {
+        let route = self.route.unwrap_or_else(|| "unmatched".to_owned());
+        metrics::histogram!(HTTP_SERVER_DURATION, "service" => self.service,
+            "method" => self.method.as_str().to_owned(), "route" => route, "status" => status)
+        .record(self.started.elapsed().as_secs_f64());
     }
 }
 
@@ -97,6 +136,7 @@ pin_project! {
         #[pin]
         inner: F,
         span: Span,
+        labels: Option<Labels>,
     }
 }
 
@@ -113,6 +153,7 @@ where
             let _entered = this.span.enter();
             ready!(this.inner.poll(cx))
         };
+        let labels = this.labels.take();
         match &result {
             Ok(response) => {
                 let status = response.status();
@@ -120,10 +161,16 @@ where
                 if status.is_server_error() {
                     this.span.record("otel.status_code", "ERROR");
                 }
+                if let Some(labels) = labels {
+                    labels.record(status.as_u16().to_string());
+                }
             }
             Err(error) => {
                 this.span.record("otel.status_code", "ERROR");
                 this.span.record("otel.status_description", error.to_string());
+                if let Some(labels) = labels {
+                    labels.record("error".to_owned());
+                }
             }
         }
         Poll::Ready(result)

@@ -10,11 +10,11 @@
 //!     let telemetry = sagaworks_telemetry::init("inventory", env!("CARGO_PKG_VERSION"), &settings.telemetry)?;
 //!     // 2. Server side: every incoming call gets a server span continuing the caller's trace.
 //!     let server = tonic::transport::Server::builder()
-//!         .layer(sagaworks_telemetry::grpc::ServerTraceLayer::default());
+//!         .layer(sagaworks_telemetry::grpc::ServerTraceLayer::new("inventory"));
 //!     // 3. Client side: wrap the channel so outgoing calls carry `traceparent`.
-//!     let channel = tower::Layer::layer(&sagaworks_telemetry::grpc::ClientTraceLayer::default(), channel);
+//!     let channel = tower::Layer::layer(&sagaworks_telemetry::grpc::ClientTraceLayer::new("order"), channel);
 //!     let payments = PaymentServiceClient::new(channel);
-//!     // 4. HTTP (gateway): `Router::new().route(..).layer(sagaworks_telemetry::http::ServerTraceLayer::default())`.
+//!     // 4. HTTP (gateway): `Router::new().route(..).layer(sagaworks_telemetry::http::ServerTraceLayer::new("gateway"))`.
 //!     // ... serve until the shutdown token fires ...
 //!     telemetry.shutdown().await?; // 5. flush the last spans (dropping the guard also flushes)
 //!     Ok(())

@@ -34,7 +34,7 @@ async fn inventory_client()
     let addr = start_inventory().await;
     let channel =
         tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
-    InventoryServiceClient::new(ClientTraceLayer::default().layer(channel))
+    InventoryServiceClient::new(ClientTraceLayer::new("test").layer(channel))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,7 +135,7 @@ async fn http_requests_continue_the_incoming_traceparent() {
     let app = Router::new()
         .route("/orders/{id}", get(|| async { current_trace_id().unwrap_or_default() }))
         .route("/fail", get(|| async { axum::http::StatusCode::INTERNAL_SERVER_ERROR }))
-        .layer(http::ServerTraceLayer::default());
+        .layer(http::ServerTraceLayer::new("test"));
 
     let incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let request =

@@ -43,7 +43,7 @@ impl Application {
         let listener = sagaworks_runtime::bind(&settings.http)
             .await
             .map_err(|source| StartupError::Bind { address: settings.http.address(), source })?;
-        let traced = ClientTraceLayer::default();
+        let traced = ClientTraceLayer::new("gateway");
         let order = traced.layer(sagaworks_resilience::channel("order", &settings.order)?);
         let state = AppState {
             order: OrderServiceClient::new(order.clone()),
@@ -69,7 +69,7 @@ impl Application {
     pub fn router(state: AppState) -> axum::Router {
         api::router(state)
             .merge(Readiness::new().router())
-            .layer(sagaworks_telemetry::http::ServerTraceLayer::default())
+            .layer(sagaworks_telemetry::http::ServerTraceLayer::new("gateway"))
     }
 
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {

@@ -28,9 +28,10 @@ impl Application {
     /// Connects, migrates and binds both ports (0 = any free port).
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let migrations = vec![sqlx::migrate!("../../migrations/inventory"), sagaworks_outbox::migrator()];
-        let host = ServiceHost::build(&settings.database, migrations, &settings.grpc, &settings.http)
-            .await?
-            .with_faults(&settings.fault);
+        let host =
+            ServiceHost::build("inventory", &settings.database, migrations, &settings.grpc, &settings.http)
+                .await?
+                .with_faults(&settings.fault);
         Ok(Self { settings, host })
     }
 

@@ -33,8 +33,8 @@ use uuid::Uuid;
 type Channel = ClientTrace<ResilientChannel>;
 
 pub fn definition(inventory: ResilientChannel, payment: ResilientChannel) -> Definition<PlaceOrder> {
-    let inventory = InventoryServiceClient::new(ClientTraceLayer::default().layer(inventory));
-    let payment = PaymentServiceClient::new(ClientTraceLayer::default().layer(payment));
+    let inventory = InventoryServiceClient::new(ClientTraceLayer::new("order").layer(inventory));
+    let payment = PaymentServiceClient::new(ClientTraceLayer::new("order").layer(payment));
     Definition::builder(PlaceOrder { outbox: OutboxWriter::new("order") })
         .compensatable(ReserveStock(inventory.clone()), ReleaseStock(inventory))
         // A charge that timed out may have happened: refunded.

@@ -44,9 +44,10 @@ impl Application {
             sqlx::migrate!("../../migrations/order"),
             sagaworks_outbox::migrator(),
         ];
-        let host = ServiceHost::build(&settings.database, migrations, &settings.grpc, &settings.http)
-            .await?
-            .with_faults(&settings.fault);
+        let host =
+            ServiceHost::build("order", &settings.database, migrations, &settings.grpc, &settings.http)
+                .await?
+                .with_faults(&settings.fault);
         let inventory = sagaworks_resilience::channel("inventory", &settings.inventory)?;
         let payment = sagaworks_resilience::channel("payment", &settings.payment)?;
         let saga =

@@ -42,7 +42,7 @@ impl Items {
         Self {
             pool,
             outbox: OutboxWriter::new("{{name}}"),
-            inventory: InventoryServiceClient::new(ClientTraceLayer::default().layer(inventory)),
+            inventory: InventoryServiceClient::new(ClientTraceLayer::new("{{name}}").layer(inventory)),
             saga,
             shutdown,
         }

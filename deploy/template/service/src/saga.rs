@@ -30,7 +30,7 @@ use uuid::Uuid;
 type Inventory = InventoryServiceClient<ClientTrace<ResilientChannel>>;
 
 pub fn definition(inventory: ResilientChannel) -> Definition<ClaimUnit> {
-    let inventory = InventoryServiceClient::new(ClientTraceLayer::default().layer(inventory));
+    let inventory = InventoryServiceClient::new(ClientTraceLayer::new("{{name}}").layer(inventory));
     Definition::builder(ClaimUnit { outbox: OutboxWriter::new("{{name}}") })
         .compensatable(ReserveUnit(inventory.clone()), ReleaseUnit(inventory))
         .pivot(ActivateItem)

@@ -42,7 +42,7 @@ impl Application {
             sagaworks_outbox::migrator(),
             sagaworks_saga::migrator(),
         ];
-        let host = ServiceHost::build(&settings.database, migrations, &settings.grpc, &settings.http).await?;
+        let host = ServiceHost::build("{{name}}", &settings.database, migrations, &settings.grpc, &settings.http).await?;
         let inventory = sagaworks_resilience::channel("inventory", &settings.inventory)?;
         let saga = Engine::new(host.pool().clone(), saga::definition(inventory.clone()), settings.saga.clone())?;
         Ok(Self { settings, host, inventory, saga })

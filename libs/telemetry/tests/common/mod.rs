@@ -99,7 +99,7 @@ pub async fn start_inventory() -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tonic::transport::Server::builder()
-        .layer(sagaworks_telemetry::grpc::ServerTraceLayer::default())
+        .layer(sagaworks_telemetry::grpc::ServerTraceLayer::new("inventory"))
         .add_service(inventory::inventory_service_server::InventoryServiceServer::new(TestInventory))
         .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
     tokio::spawn(server);
