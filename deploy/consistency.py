@@ -15,8 +15,9 @@ What it asserts, per service (gateway, order, inventory, payment):
   APP_*__PORT settings, the container ports and the k8s Services; gRPC URLs point at them;
 * every APP_* variable is listed in config-keys.txt for that service (other variables:
   only those in EXTRA_ENV); servers bind 0.0.0.0;
-* compose publishes only the gateway's 8080 and Jaeger's 16686, never a gRPC port, and
-  keeps everything else on the `internal: true` network;
+* compose publishes only the gateway's 8080 and the UIs of Jaeger (16686), Prometheus
+  (9090) and Grafana (3000), never a gRPC port, and keeps everything else on the
+  `internal: true` network;
 * k8s probes hit the HTTP port (readiness /health/ready, liveness /health/live), the
   containers carry the restricted security context, every service has an HPA, a PDB and
   a NetworkPolicy whose gRPC ingress admits exactly the expected callers, and the prod
@@ -65,7 +66,9 @@ CLIENT_URLS: dict[str, tuple[str, ...]] = {
     "payment": (),
 }
 #: Compose ports that may be published on the host: (service, container port).
-PUBLISHED_ALLOWED = {("gateway", 8080), ("jaeger", 16686)}
+PUBLISHED_ALLOWED = {("gateway", 8080), ("jaeger", 16686), ("prometheus", 9090), ("grafana", 3000)}
+#: Compose services on the `edge` network: those that publish a port.
+EDGE_SERVICES = {service for service, _ in PUBLISHED_ALLOWED}
 #: Variables outside the APP_* namespace that the deployment files may set.
 EXTRA_ENV = {"OTEL_SERVICE_NAME", "OTEL_EXPORTER_OTLP_ENDPOINT", "RUST_LOG"}
 IMAGE_RE = re.compile(r"^(?P<repo>sagaworks/(?P<service>[a-z][a-z0-9-]*)):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
@@ -209,8 +212,8 @@ def check_compose(report: Report, compose: dict[str, Any], keys: dict[str, set[s
             )
         on_edge = "edge" in _compose_networks(spec)
         report.check(
-            on_edge == (name in {"gateway", "jaeger"}),
-            f"compose: only gateway and jaeger belong on the edge network ({name})",
+            on_edge == (name in EDGE_SERVICES),
+            f"compose: only {', '.join(sorted(EDGE_SERVICES))} belong on the edge network ({name})",
         )
     for service, ports in SERVICES.items():
         where = f"compose/{service}"
