@@ -1,7 +1,7 @@
 //! The REST surface: validation, problem+json, OpenAPI, health.
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 use system_tests::Stack;
 
 #[tokio::test]
@@ -227,4 +227,78 @@ async fn admin_writes_with_the_same_idempotency_key_take_effect_once() {
     let req = stack.http.post(stack.url("/v1/customers")).header("Idempotency-Key", too_long);
     let res = req.json(&json!({ "name": "Ada", "initial_credit_cents": 1 })).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY, "a key outside the documented pattern");
+}
+
+#[tokio::test]
+async fn responses_carry_a_request_id_and_are_gzipped_for_callers_that_accept_it() {
+    let stack = Stack::start().await;
+    let res =
+        stack.http.get(stack.url("/openapi.json")).header("accept-encoding", "gzip").send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["content-encoding"], "gzip");
+    let id = res.headers()["x-request-id"].to_str().unwrap();
+    assert!(uuid::Uuid::parse_str(id).is_ok(), "a new request id: {id}");
+    // Without Accept-Encoding the body is plain JSON.
+    let res = stack.http.get(stack.url("/openapi.json")).send().await.unwrap();
+    assert!(res.headers().get("content-encoding").is_none());
+    assert!(res.json::<Value>().await.unwrap()["openapi"].is_string());
+    // The caller's request id is kept, on errors too.
+    let res = stack
+        .http
+        .get(stack.url(&format!("/v1/orders/{}", uuid::Uuid::new_v4())))
+        .header("x-request-id", "req-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    assert_eq!(res.headers()["x-request-id"], "req-42");
+}
+
+#[tokio::test]
+async fn cors_answers_the_configured_origins_only() {
+    let nowhere = "http://127.0.0.1:9";
+    let mut settings = system_tests::gateway_settings(nowhere, nowhere, nowhere);
+    settings.api.cors_allowed_origins = vec!["https://shop.example".into()];
+    let gateway = system_tests::start_gateway_with(settings).await;
+    let plain = system_tests::start_gateway(nowhere, nowhere, nowhere).await;
+    let http = reqwest::Client::new();
+    let preflight = |port: u16, origin: &'static str| {
+        http.request(reqwest::Method::OPTIONS, format!("http://127.0.0.1:{port}/v1/orders"))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header("access-control-request-headers", "authorization,content-type,idempotency-key")
+            .send()
+    };
+    let res = preflight(gateway.http_port, "https://shop.example").await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["access-control-allow-origin"], "https://shop.example");
+    let allowed = res.headers()["access-control-allow-headers"].to_str().unwrap().to_string();
+    assert!(allowed.contains("idempotency-key") && allowed.contains("authorization"), "{allowed}");
+    for (port, origin) in
+        [(gateway.http_port, "https://evil.example"), (plain.http_port, "https://shop.example")]
+    {
+        let res = preflight(port, origin).await.unwrap();
+        assert!(res.headers().get("access-control-allow-origin").is_none(), "{origin} on {port}");
+    }
+    // A simple request from the allowed origin gets the header and can read the request id.
+    let res = http
+        .get(format!("http://127.0.0.1:{}/health/live", gateway.http_port))
+        .header("origin", "https://shop.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["access-control-allow-origin"], "https://shop.example");
+    assert!(res.headers()["access-control-expose-headers"].to_str().unwrap().contains("x-request-id"));
+}
+
+#[tokio::test]
+async fn an_origin_that_is_no_header_value_stops_the_gateway_at_start() {
+    let nowhere = "http://127.0.0.1:9";
+    let mut settings = system_tests::gateway_settings(nowhere, nowhere, nowhere);
+    settings.api.cors_allowed_origins = vec!["https://ok.example".into(), "bad\norigin".into()];
+    let err = gateway::startup::Application::build(settings).await.err().expect("refused");
+    assert_eq!(
+        err.to_string(),
+        "invalid api.cors_allowed_origins entry \"bad\\norigin\": not a header value"
+    );
 }

@@ -120,12 +120,16 @@ fn request_span<B>(request: &http::Request<B>) -> Span {
         http.request.method = %method,
         url.path = %request.uri().path(),
         http.route = Empty,
+        http.request.header.x_request_id = Empty,
         http.response.status_code = Empty,
         otel.status_code = Empty,
         otel.status_description = Empty,
     );
     if let Some(route) = route {
         span.record("http.route", route);
+    }
+    if let Some(id) = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()) {
+        span.record("http.request.header.x_request_id", id);
     }
     span
 }

@@ -49,6 +49,10 @@ pub struct ApiSettings {
     /// A trace in the tracing UI (Jaeger), `{trace_id}` replaced: the admin
     /// saga view links to it.
     pub trace_url: String,
+    /// Origins a browser may call the API from (CORS), e.g.
+    /// `["https://shop.example.com"]`; empty (the default): no CORS headers,
+    /// so browsers allow same-origin calls only.
+    pub cors_allowed_origins: Vec<String>,
 }
 
 impl Default for ApiSettings {
@@ -57,6 +61,7 @@ impl Default for ApiSettings {
             order_wait_ms: 5_000,
             max_body_bytes: 64 * 1024,
             trace_url: "http://127.0.0.1:16686/trace/{trace_id}".into(),
+            cors_allowed_origins: Vec::new(),
         }
     }
 }

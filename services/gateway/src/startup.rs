@@ -4,6 +4,10 @@ use crate::api::{self, AppState};
 use crate::auth::Authenticator;
 use crate::config::Settings;
 use crate::ratelimit::Limiter;
+use axum::http::Method;
+use axum::http::header::{
+    AUTHORIZATION, CONTENT_TYPE, COOKIE, HeaderName, HeaderValue, LOCATION, RETRY_AFTER, SET_COOKIE,
+};
 use sagaworks_proto::deadletter::v1::dead_letter_service_client::DeadLetterServiceClient;
 use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use sagaworks_proto::order::v1::order_service_client::OrderServiceClient;
@@ -15,6 +19,10 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::Layer;
+use tower_http::compression::CompressionLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveHeadersLayer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -26,6 +34,8 @@ pub enum StartupError {
     Auth(#[from] crate::auth::keys::ConfigError),
     #[error("invalid [rate_limit] settings: {0}")]
     RateLimit(#[from] crate::ratelimit::RateLimitError),
+    #[error("invalid api.cors_allowed_origins entry {0:?}: not a header value")]
+    CorsOrigin(String),
     #[error("HTTP server failed: {0}")]
     Serve(#[source] std::io::Error),
 }
@@ -35,9 +45,43 @@ pub struct Application {
     state: AppState,
 }
 
+/// The CORS layer for `origins` (none when empty); entries that are not header
+/// values are skipped here, and refused by [`Application::build`].
+fn cors(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let origins: Vec<HeaderValue> = origins.iter().filter_map(|o| o.parse().ok()).collect();
+    Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([
+                AUTHORIZATION,
+                CONTENT_TYPE,
+                HeaderName::from_static("idempotency-key"),
+                HeaderName::from_static("traceparent"),
+                HeaderName::from_static("tracestate"),
+                HeaderName::from_static("x-request-id"),
+            ])
+            .expose_headers([
+                LOCATION,
+                RETRY_AFTER,
+                HeaderName::from_static("x-request-id"),
+                HeaderName::from_static("idempotent-replayed"),
+            ])
+            .max_age(std::time::Duration::from_secs(600)),
+    )
+}
+
 impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         sagaworks_runtime::metrics::handle();
+        if let Some(bad) =
+            settings.api.cors_allowed_origins.iter().find(|o| o.parse::<HeaderValue>().is_err())
+        {
+            return Err(StartupError::CorsOrigin(bad.clone()));
+        }
         let auth = Arc::new(Authenticator::new(&settings.auth)?);
         let limiter = Limiter::new(&settings.rate_limit)?.map(Arc::new);
         let listener = sagaworks_runtime::bind(&settings.http)
@@ -66,10 +110,25 @@ impl Application {
     }
 
     /// The whole HTTP surface, for tests that drive it without a socket.
+    ///
+    /// Around every route, inside out: the request's server span and RED
+    /// histogram (ours: it continues the caller's W3C context and reads the
+    /// matched route), then from tower-http: the `x-request-id` (kept from the
+    /// caller or a new UUID, echoed in the response and recorded on the span),
+    /// `Authorization`/`Cookie`/`Set-Cookie` marked sensitive (never printed by
+    /// a `Debug` of the headers), gzip for callers that accept it, and CORS for
+    /// `api.cors_allowed_origins`. The body limit is axum's `DefaultBodyLimit`
+    /// (in [`api::router`]), so a body too large gets problem+json.
     pub fn router(state: AppState) -> axum::Router {
+        let cors = cors(&state.settings.cors_allowed_origins);
         api::router(state)
             .merge(Readiness::new().router())
             .layer(sagaworks_telemetry::http::ServerTraceLayer::new("gateway"))
+            .layer(PropagateRequestIdLayer::x_request_id())
+            .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+            .layer(SetSensitiveHeadersLayer::new([AUTHORIZATION, COOKIE, SET_COOKIE]))
+            .layer(CompressionLayer::new())
+            .layer(tower::util::option_layer(cors))
     }
 
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
