@@ -302,3 +302,47 @@ async fn an_origin_that_is_no_header_value_stops_the_gateway_at_start() {
         "invalid api.cors_allowed_origins entry \"bad\\norigin\": not a header value"
     );
 }
+
+#[tokio::test]
+async fn without_the_broker_every_service_stays_ready_reports_degraded_and_still_takes_orders() {
+    let mut stack = Stack::start().await;
+    let product = stack.product(100, 10).await;
+    let customer = stack.customer(1_000).await;
+    let ready = |port: u16| {
+        let http = stack.http.clone();
+        async move {
+            let res = http.get(format!("http://127.0.0.1:{port}/health/ready")).send().await.unwrap();
+            (res.status(), res.json::<Value>().await.unwrap())
+        }
+    };
+    let backends = [stack.order.http_port, stack.inventory.http_port, stack.payment.http_port];
+    for port in backends {
+        let (status, body) = ready(port).await;
+        assert_eq!((status, &body["status"]), (StatusCode::OK, &json!("ready")), "{body}");
+    }
+
+    stack.broker.stop();
+    for port in backends {
+        let (status, body) = ready(port).await;
+        assert_eq!(status, StatusCode::OK, "still in its load balancer: {body}");
+        assert_eq!(body["status"], "degraded", "{body}");
+        assert_eq!(body["checks"]["database"], "ok", "{body}");
+        assert_eq!(body["checks"]["kafka"]["critical"], false, "{body}");
+        assert!(body["checks"]["kafka"]["error"].is_string(), "{body}");
+        let metrics = stack.http.get(format!("http://127.0.0.1:{port}/metrics")).send().await.unwrap();
+        let metrics = metrics.text().await.unwrap();
+        assert!(metrics.contains("health_check_up{check=\"kafka\"} 0"), "{metrics}");
+    }
+    // The request path does not need the broker: an order still completes, its
+    // events wait in the outbox.
+    let (status, order) = stack.place(&customer, &product, 2).await;
+    assert_eq!(status, StatusCode::CREATED, "{order}");
+    let order = stack.settled(order["order_id"].as_str().unwrap()).await;
+    assert_eq!(order["status"], "CONFIRMED", "{order}");
+    let pool = stack.order_db.pool().await;
+    let waiting: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(waiting >= 2, "OrderCreated and OrderConfirmed wait for the broker: {waiting}");
+}

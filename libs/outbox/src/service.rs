@@ -24,7 +24,9 @@ pub fn readiness(
     relay: &RelaySettings,
 ) -> Result<Readiness, OutboxError> {
     Ok(readiness
-        .with_check(BrokerCheck::new(kafka)?)
+        // Without the broker, events wait in the outbox and requests are still
+        // served: degraded, not unready (a broker blip must not empty the Service).
+        .with_non_critical(BrokerCheck::new(kafka)?)
         .with_gauges(OutboxGauges { pool: pool.clone(), service: relay.service.clone() }))
 }
 

@@ -8,14 +8,14 @@ use sagaworks_test_support::Broker;
 async fn broker_check_passes_while_the_broker_runs_and_fails_when_it_is_down() {
     let mut broker = Broker::start().await;
     let ready = Readiness::new().with_check(BrokerCheck::new(&broker.kafka_settings()).unwrap());
-    let (ok, body) = ready.evaluate().await;
-    assert!(ok, "{body:?}");
-    assert_eq!(body["kafka"], "ok");
+    let e = ready.evaluate().await;
+    assert!(e.ready, "{e:?}");
+    assert_eq!(e.checks["kafka"], "ok");
 
     broker.stop();
     let started = std::time::Instant::now();
-    let (ok, body) = ready.evaluate().await;
-    assert!(!ok, "{body:?}");
-    assert!(body["kafka"]["error"].is_string(), "{body:?}");
+    let e = ready.evaluate().await;
+    assert!(!e.ready, "{e:?}");
+    assert!(e.checks["kafka"]["error"].is_string(), "{e:?}");
     assert!(started.elapsed() < std::time::Duration::from_secs(3), "the check gives up after about a second");
 }

@@ -1,8 +1,12 @@
 //! Liveness, readiness and metrics endpoints.
 //!
 //! * `GET /health/live`: 200 while the process serves requests at all.
-//! * `GET /health/ready`: 200 when every [`Check`] passes, else 503; the body
-//!   names each check and its error, so an operator sees *why*.
+//! * `GET /health/ready`: 200 when every critical [`Check`] passes, else 503;
+//!   the body names each check and its error, so an operator sees *why*. A
+//!   failing non-critical check ([`Readiness::with_non_critical`], e.g. the
+//!   broker: events wait in the outbox, requests are still served) makes the
+//!   status `degraded`, still 200, so the instance stays in its load balancer.
+//!   Every evaluation sets the gauge `health_check_up{check}` (1 or 0).
 //! * `GET /metrics`: Prometheus text; [`Readiness::with_gauges`] refreshes
 //!   gauges that are cheaper to compute on scrape (outbox backlog) first.
 
@@ -42,8 +46,24 @@ impl Check for DbCheck {
 
 #[derive(Clone, Default)]
 pub struct Readiness {
-    checks: Vec<Arc<dyn Check>>,
+    /// With whether the check is critical.
+    checks: Vec<(Arc<dyn Check>, bool)>,
     hooks: Vec<Arc<dyn ScrapeHook>>,
+}
+
+/// Gauge: 1 when a readiness check passed at its last evaluation, else 0.
+pub const HEALTH_CHECK_UP: &str = "health_check_up";
+
+/// What the checks said.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    /// Every critical check passed.
+    pub ready: bool,
+    /// A non-critical check failed.
+    pub degraded: bool,
+    /// Each check: `"ok"` or `{"error": ..}` (plus `"critical": false` for a
+    /// non-critical one).
+    pub checks: Map<String, Value>,
 }
 
 impl Readiness {
@@ -51,8 +71,16 @@ impl Readiness {
         Self::default()
     }
 
+    /// A dependency without which the service cannot serve: failing, it takes
+    /// the instance out of its load balancer (503).
     pub fn with_check(mut self, check: impl Check) -> Self {
-        self.checks.push(Arc::new(check));
+        self.checks.push((Arc::new(check), true));
+        self
+    }
+
+    /// A dependency the service degrades without (reported, 200 `degraded`).
+    pub fn with_non_critical(mut self, check: impl Check) -> Self {
+        self.checks.push((Arc::new(check), false));
         self
     }
 
@@ -61,26 +89,31 @@ impl Readiness {
         self
     }
 
-    /// Runs every check concurrently; `Ok` when all pass.
-    pub async fn evaluate(&self) -> (bool, Map<String, Value>) {
+    /// Runs every check concurrently.
+    pub async fn evaluate(&self) -> Evaluation {
         let results = futures::future::join_all(
-            self.checks.iter().map(|c| async move { (c.name().to_string(), c.check().await) }),
+            self.checks
+                .iter()
+                .map(|(c, critical)| async move { (c.name().to_string(), *critical, c.check().await) }),
         )
         .await;
-        let mut ok = true;
-        let mut body = Map::new();
-        for (name, r) in results {
-            match r {
-                Ok(()) => {
-                    body.insert(name, json!("ok"));
+        let mut evaluation = Evaluation { ready: true, degraded: false, checks: Map::new() };
+        for (name, critical, r) in results {
+            metrics::gauge!(HEALTH_CHECK_UP, "check" => name.clone()).set(if r.is_ok() { 1.0 } else { 0.0 });
+            let entry = match r {
+                Ok(()) => json!("ok"),
+                Err(e) if critical => {
+                    evaluation.ready = false;
+                    json!({ "error": e })
                 }
                 Err(e) => {
-                    ok = false;
-                    body.insert(name, json!({ "error": e }));
+                    evaluation.degraded = true;
+                    json!({ "error": e, "critical": false })
                 }
-            }
+            };
+            evaluation.checks.insert(name, entry);
         }
-        (ok, body)
+        evaluation
     }
 
     /// `/health/live`, `/health/ready` and `/metrics`.
@@ -94,10 +127,13 @@ impl Readiness {
 }
 
 async fn ready(State(r): State<Arc<Readiness>>) -> impl IntoResponse {
-    let (ok, checks) = r.evaluate().await;
-    let status = if ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    let word = if ok { "ready" } else { "not_ready" };
-    (status, Json(json!({ "status": word, "checks": checks })))
+    let e = r.evaluate().await;
+    let (status, word) = match (e.ready, e.degraded) {
+        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
+        (true, true) => (StatusCode::OK, "degraded"),
+        (true, false) => (StatusCode::OK, "ready"),
+    };
+    (status, Json(json!({ "status": word, "checks": e.checks })))
 }
 
 async fn scrape(State(r): State<Arc<Readiness>>) -> impl IntoResponse {
