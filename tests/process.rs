@@ -94,3 +94,42 @@ async fn a_broken_config_is_a_clear_error_not_a_panic() {
     assert!(stderr.contains("port"), "names the bad key: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[tokio::test]
+async fn migrate_applies_the_schema_and_exits_and_a_bad_command_is_a_usage_error() {
+    let db = TestDatabase::create("proc_migrate").await;
+    let migrate = || {
+        Command::new(binary("order"))
+            .arg("migrate")
+            .env_clear()
+            .env("APP_DATABASE__URL", &db.url)
+            // Nothing but the database is needed: no broker, no ports.
+            .env("APP_KAFKA__BROKERS", "127.0.0.1:1")
+            .output()
+            .unwrap()
+    };
+    let first = migrate();
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let pool = db.pool().await;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables
+         WHERE table_name IN ('orders', 'saga_instances', 'outbox', 'inbox') ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(tables, ["inbox", "orders", "outbox", "saga_instances"]);
+    let applied: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations").fetch_one(&pool).await.unwrap();
+    // Again: nothing to do, still success (an init container runs on every pod start).
+    let again = migrate();
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    let after: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations").fetch_one(&pool).await.unwrap();
+    assert_eq!(after, applied);
+
+    let bad = Command::new(binary("order")).arg("migrat").env_clear().output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("unrecognized subcommand 'migrat'") && stderr.contains("Usage"), "{stderr}");
+}

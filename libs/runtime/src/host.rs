@@ -42,6 +42,18 @@ pub struct ServiceHost {
     name: &'static str,
 }
 
+/// Applies `migrators` to the database of `database` and closes the pool: the
+/// `migrate` command of a service binary ([`crate::cli`]).
+pub async fn migrate_only(
+    database: &DatabaseSettings,
+    mut migrators: Vec<Migrator>,
+) -> Result<(), HostError> {
+    let pool = db::pool(database)?;
+    let result = db::migrate(&pool, &mut migrators).await;
+    pool.close().await;
+    Ok(result?)
+}
+
 impl ServiceHost {
     /// Creates the pool, applies `migrators` (when `database.migrate`), binds both
     /// ports. `name` labels the service's request metrics.

@@ -1,6 +1,7 @@
 //! Plumbing every sagaworks service shares, so a service's `startup` module
 //! reads as a list of what it runs rather than how.
 //!
+//! * [`cli`] — the service binaries' command line (serve, or `migrate` and exit).
 //! * [`host`] — [`host::ServiceHost`], the servers and background tasks of a gRPC service.
 //! * [`db`] — the connection pool and start-up migrations.
 //! * [`fault`] — fault injection on the gRPC server, for tests (off by default).
@@ -12,6 +13,7 @@
 //! * [`idempotency`] — at-most-once execution of mutating calls per key.
 //! * [`watchdog`] — logs and counts runtime stalls (a task blocking a worker thread).
 
+pub mod cli;
 pub mod db;
 pub mod fault;
 pub mod health;

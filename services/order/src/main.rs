@@ -7,8 +7,17 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let command = sagaworks_runtime::cli::ServiceCli::command();
     let settings: order::config::Settings = sagaworks_config::load()?;
     let telemetry = sagaworks_telemetry::init("order", env!("CARGO_PKG_VERSION"), &settings.telemetry)?;
+    if command == Some(sagaworks_runtime::cli::ServiceCommand::Migrate) {
+        let result = order::startup::migrate(&settings).await;
+        if result.is_ok() {
+            tracing::info!("order migrations applied");
+        }
+        telemetry.shutdown().await?;
+        return Ok(result?);
+    }
     let shutdown = sagaworks_runtime::shutdown::on_signal();
     // Logs and counts stalls of the runtime (a task blocking a worker thread).
     sagaworks_runtime::watchdog::spawn()?;

@@ -34,16 +34,22 @@ pub struct Application {
     saga: Engine<PlaceOrder>,
 }
 
+/// The service's migrations: the saga library's tables first (an order
+/// migration moves the sagas of an older release into them), its own, the
+/// outbox library's.
+pub fn migrators() -> Vec<sqlx::migrate::Migrator> {
+    vec![sagaworks_saga::migrator(), sqlx::migrate!("../../migrations/order"), sagaworks_outbox::migrator()]
+}
+
+/// `order migrate`: applies [`migrators`] and returns.
+pub async fn migrate(settings: &Settings) -> Result<(), StartupError> {
+    Ok(sagaworks_runtime::host::migrate_only(&settings.database, migrators()).await?)
+}
+
 impl Application {
     /// Connects, migrates and binds both ports (0 = any free port).
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        // The saga library's tables first: an order migration moves the
-        // sagas of an older release into them.
-        let migrations = vec![
-            sagaworks_saga::migrator(),
-            sqlx::migrate!("../../migrations/order"),
-            sagaworks_outbox::migrator(),
-        ];
+        let migrations = migrators();
         let host =
             ServiceHost::build("order", &settings.database, migrations, &settings.grpc, &settings.http)
                 .await?

@@ -23,10 +23,20 @@ pub struct Application {
     host: ServiceHost,
 }
 
+/// The service's migrations: its own tables and the outbox library's.
+pub fn migrators() -> Vec<sqlx::migrate::Migrator> {
+    vec![sqlx::migrate!("../../migrations/payment"), sagaworks_outbox::migrator()]
+}
+
+/// `payment migrate`: applies [`migrators`] and returns.
+pub async fn migrate(settings: &Settings) -> Result<(), StartupError> {
+    Ok(sagaworks_runtime::host::migrate_only(&settings.database, migrators()).await?)
+}
+
 impl Application {
     /// Connects, migrates and binds both ports (0 = any free port).
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let migrations = vec![sqlx::migrate!("../../migrations/payment"), sagaworks_outbox::migrator()];
+        let migrations = migrators();
         let host =
             ServiceHost::build("payment", &settings.database, migrations, &settings.grpc, &settings.http)
                 .await?

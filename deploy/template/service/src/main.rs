@@ -2,8 +2,17 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let command = sagaworks_runtime::cli::ServiceCli::command();
     let settings: {{name}}::config::Settings = sagaworks_config::load()?;
     let telemetry = sagaworks_telemetry::init("{{name}}", env!("CARGO_PKG_VERSION"), &settings.telemetry)?;
+    if command == Some(sagaworks_runtime::cli::ServiceCommand::Migrate) {
+        let result = {{name}}::startup::migrate(&settings).await;
+        if result.is_ok() {
+            tracing::info!("{{name}} migrations applied");
+        }
+        telemetry.shutdown().await?;
+        return Ok(result?);
+    }
     let shutdown = sagaworks_runtime::shutdown::on_signal();
     // Logs and counts stalls of the runtime (a task blocking a worker thread).
     sagaworks_runtime::watchdog::spawn()?;

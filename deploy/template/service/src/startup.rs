@@ -34,14 +34,20 @@ pub struct Application {
     saga: Engine<ClaimUnit>,
 }
 
+/// The service's migrations: its own tables, the outbox and saga libraries'.
+pub fn migrators() -> Vec<sqlx::migrate::Migrator> {
+    vec![sqlx::migrate!("../../migrations/{{name}}"), sagaworks_outbox::migrator(), sagaworks_saga::migrator()]
+}
+
+/// `{{name}} migrate`: applies [`migrators`] and returns.
+pub async fn migrate(settings: &Settings) -> Result<(), StartupError> {
+    Ok(sagaworks_runtime::host::migrate_only(&settings.database, migrators()).await?)
+}
+
 impl Application {
     /// Connects, migrates and binds both ports (0 = any free port).
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let migrations = vec![
-            sqlx::migrate!("../../migrations/{{name}}"),
-            sagaworks_outbox::migrator(),
-            sagaworks_saga::migrator(),
-        ];
+        let migrations = migrators();
         let host = ServiceHost::build("{{name}}", &settings.database, migrations, &settings.grpc, &settings.http).await?;
         let inventory = sagaworks_resilience::channel("inventory", &settings.inventory)?;
         let saga = Engine::new(host.pool().clone(), saga::definition(inventory.clone()), settings.saga.clone())?;
