@@ -387,3 +387,27 @@ async fn a_dead_letter_is_shown_with_its_error_and_payload() {
         assert!(tag.contains("disabled"), "{button} is disabled once discarded: {tag}");
     }
 }
+
+#[tokio::test]
+async fn the_api_explorer_at_docs_lists_the_operations_of_the_openapi_document() {
+    let browser = Browser::new();
+    let nowhere = "http://127.0.0.1:9";
+    let gateway = system_tests::start_gateway(nowhere, nowhere, nowhere).await;
+    let url = format!("http://127.0.0.1:{}/docs/", gateway.http_port);
+    let mut dom = String::new();
+    for _ in 0..LOADS {
+        dom = browser.run(&url, &["--dump-dom".into()]).await;
+        if dom.contains("opblock-summary-path") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Swagger UI rendered the document: an operation block per route and method.
+    let paths: Vec<&str> =
+        dom.split(r#"data-path=""#).skip(1).filter_map(|rest| rest.split('"').next()).collect();
+    for path in ["/v1/orders", "/v1/orders/{order_id}", "/v1/admin/dlq/{topic}/replay", "/v1/products"] {
+        assert!(paths.contains(&path), "{path} is not shown; shown: {paths:?}\n{dom}");
+    }
+    assert!(dom.contains("sagaworks"), "the document's title is shown");
+    browser.screenshot(&url, "api-explorer.png").await;
+}

@@ -28,6 +28,7 @@ use utoipa::openapi::{
     ContentBuilder, HeaderBuilder, ObjectBuilder, Ref, RefOr, Response, ResponseBuilder, Type,
 };
 use utoipa::{Modify, OpenApi};
+use utoipa_swagger_ui::SwaggerUi;
 
 /// A downstream channel: the resilience stack, each call traced.
 pub type Channel = ClientTrace<ResilientChannel>;
@@ -135,7 +136,8 @@ impl Modify for Security {
     }
 }
 
-/// The `/v1` routes, `/openapi.json`, `/asyncapi.json`, and a problem+json fallback.
+/// The `/v1` routes, `/openapi.json` with its explorer at `/docs`, `/asyncapi.json`,
+/// and a problem+json fallback.
 pub fn router(state: AppState) -> Router {
     let limit = state.settings.max_body_bytes;
     let guarded = Router::new()
@@ -162,7 +164,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(guarded)
         .merge(inspector::routes())
-        .route("/openapi.json", get(|| async { axum::Json(ApiDoc::openapi()) }))
+        // The API explorer (Swagger UI, served from the binary) and the document it reads.
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", ApiDoc::openapi()))
         // The events' contract (AsyncAPI 3.0), as committed and validated.
         .route(
             "/asyncapi.json",
