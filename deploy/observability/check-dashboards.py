@@ -197,6 +197,24 @@ def check_dashboard(path: Path, dash: Any, report: Report, uids: dict[str, Path]
                 report.use(name, where)
 
 
+def check_rules(path: Path, report: Report) -> None:
+    """Collects the metric names of every alerting/recording rule's `expr` in `path`."""
+    import yaml  # PyYAML: only needed for rule files
+
+    doc = yaml.safe_load(path.read_text())
+    if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list):
+        raise ValueError("not a Prometheus rule file (no `groups` list)")
+    for group in doc["groups"]:
+        for rule in group.get("rules") or []:
+            name = rule.get("alert") or rule.get("record") or "?"
+            expr = rule.get("expr")
+            if not isinstance(expr, str) or not expr.strip():
+                report.problem(f"{path}: rule {name} has no expr")
+                continue
+            for metric in metric_names(expr):
+                report.use(metric, f"{path}: {name}")
+
+
 def load_known(path: Path) -> dict[str, str | None]:
     """{metric name: type or None} from a --known file."""
     known: dict[str, str | None] = {}
@@ -257,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--known", type=Path, metavar="FILE",
                         help="metric names that exist, one a line (optionally `name type`)")
     parser.add_argument("--quiet", action="store_true", help="do not print the metric names")
+    parser.add_argument("--rules", type=Path, metavar="FILE", action="append", default=[],
+                        help="a Prometheus rule file whose expressions' metrics count as used too")
     args = parser.parse_args(argv)
 
     files = dashboard_files(args.dashboards)
@@ -271,6 +291,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"check-dashboards: {path}: {e}", file=sys.stderr)
             return 2
         check_dashboard(path, dash, report, uids)
+    for rules in args.rules:
+        try:
+            check_rules(rules, report)
+        except (OSError, ValueError, ImportError) as e:
+            print(f"check-dashboards: {rules}: {e}", file=sys.stderr)
+            return 2
     if args.known is not None:
         try:
             check_known(report, load_known(args.known))

@@ -150,7 +150,7 @@ pub struct ProcessStack {
     pub http: reqwest::Client,
     /// What another order replica needs: its database, the broker, the participants.
     order_db_url: String,
-    kafka: KafkaSettings,
+    pub kafka: KafkaSettings,
     clients: String,
 }
 

@@ -415,6 +415,15 @@ impl<H: Handler> Consumer<H> {
         let consumer: StreamConsumer = config.create()?;
         let dlq: FutureProducer =
             kafka::client_config(kafka, &[("acks", "all"), ("enable.idempotence", "true")]).create()?;
+        // The error and DLQ counters of every topic exist from the start (at 0):
+        // an alert's rate() sees the first one.
+        for topic in &settings.topics {
+            let topic = kafka::topic_name(kafka, topic);
+            for name in [m::CONSUMER_ERRORS_TOTAL, m::CONSUMER_DLQ_TOTAL] {
+                metrics::counter!(name, "group" => settings.group_id.clone(), "topic" => topic.clone())
+                    .absolute(0);
+            }
+        }
         Ok(Self {
             pool,
             kafka: kafka.clone(),

@@ -197,6 +197,9 @@ impl Relay {
     /// while the broker or the database is down).
     pub fn new(pool: PgPool, kafka: &KafkaSettings, settings: RelaySettings) -> Result<Self, OutboxError> {
         let producer = producer(kafka, &settings)?;
+        // At 0 from the start: an alert's rate() sees the first error.
+        metrics::counter!(m::OUTBOX_PUBLISH_ERRORS_TOTAL, "service" => settings.service.clone()).absolute(0);
+        metrics::gauge!(crate::kafka::KAFKA_CLIENTS_CLOSING).increment(0.0);
         Ok(Self { pool, kafka: kafka.clone(), settings, producer, ensured: HashSet::new() })
     }
 

@@ -40,6 +40,17 @@ pub enum CircuitState {
     HalfOpen,
 }
 
+/// Creates `resilience_breaker_transitions_total` at 0 for every transition of
+/// `downstream`'s breaker, and its state gauge at closed.
+pub(crate) fn register_metrics(downstream: &'static str) {
+    use CircuitState::*;
+    for (from, to) in [(Closed, Open), (Open, HalfOpen), (HalfOpen, Closed), (HalfOpen, Open)] {
+        metrics::counter!("resilience_breaker_transitions_total",
+            "downstream" => downstream, "from" => from.label(), "to" => to.label())
+        .absolute(0);
+    }
+}
+
 impl CircuitState {
     fn label(self) -> &'static str {
         match self {

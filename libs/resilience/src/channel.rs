@@ -92,6 +92,19 @@ pub fn channel(name: &'static str, settings: &ClientSettings) -> Result<Resilien
     Ok(stack(name, settings, endpoint.connect_lazy()))
 }
 
+/// Creates, at 0, every counter series the stack of `downstream` may record
+/// later, so dashboards and alerts find them before the first failure and a
+/// `rate()` sees the first increment.
+fn register_metrics(downstream: &'static str) {
+    for reason in crate::rejection::REASONS {
+        metrics::counter!("resilience_rejections_total", "downstream" => downstream, "reason" => reason)
+            .absolute(0);
+    }
+    metrics::counter!("resilience_retries_total", "downstream" => downstream).absolute(0);
+    metrics::counter!("resilience_retry_budget_exhausted_total", "downstream" => downstream).absolute(0);
+    crate::breaker::register_metrics(downstream);
+}
+
 /// Wraps `transport` in the stack, outermost first:
 /// metrics + sent mark -> buffer body -> bulkhead -> retry -> breaker -> attempt
 /// (records "maybe sent") -> timeout -> transport.
@@ -102,6 +115,7 @@ where
     T::Error: Into<BoxError>,
     T::Future: Send + 'static,
 {
+    register_metrics(name);
     let breaker = Breaker::new(name, settings.breaker.clone());
     let inner = ServiceBuilder::new()
         .layer(BufferBodyLayer)

@@ -22,6 +22,9 @@ pub enum Rejection {
     Timeout,
 }
 
+/// Every [`Rejection::reason`].
+pub(crate) const REASONS: [&str; 3] = ["circuit_open", "bulkhead_full", "timeout"];
+
 /// Metadata key that marks a status produced by the stack itself.
 pub const REJECTION_METADATA: &str = "x-sagaworks-rejection";
 
@@ -94,6 +97,16 @@ pub(crate) fn reject(downstream: &'static str, rejection: Rejection) -> BoxError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasons_lists_every_rejection_reason() {
+        let all = [
+            Rejection::CircuitOpen { retry_after: Duration::from_secs(1) },
+            Rejection::BulkheadFull,
+            Rejection::Timeout,
+        ];
+        assert_eq!(all.map(|r| r.reason()), REASONS);
+    }
 
     #[test]
     fn every_rejection_round_trips_through_its_status() {

@@ -267,6 +267,7 @@ impl<S: Saga> Engine<S> {
         for (step, attempts) in &settings.step_attempts {
             definition.set_max_attempts(step, *attempts).map_err(SettingsError)?;
         }
+        metrics::counter!("saga_resumed_total", "saga" => S::NAME).absolute(0);
         let names = definition.shape().names();
         let faults = Faults::parse(&settings.crash_point, &settings.faults, &names).map_err(SettingsError)?;
         if !faults.is_off() {
