@@ -21,7 +21,23 @@ What it asserts, per service (gateway, order, inventory, payment):
 * k8s probes hit the HTTP port (readiness /health/ready, liveness /health/live), the
   containers carry the restricted security context, every service has an HPA, a PDB and
   a NetworkPolicy whose gRPC ingress admits exactly the expected callers, and the prod
-  overlay carries no Secret.
+  overlay carries no Secret;
+* every workload of every overlay (Deployment, StatefulSet, Job; the data stores and the
+  telemetry of the dev overlay too): resources on every container, init containers
+  included, and the restricted Pod Security profile; readiness and liveness probes and a
+  PodDisruptionBudget (not Jobs); each declared port admitted by a NetworkPolicy, or
+  listed as closed (`sagaworks.io/closed-ports`) and really closed; nothing reachable from
+  outside the namespace but the gateway (and, in prod, the HTTP ports for monitoring);
+  the dev overlay's ingress matrix (DEV_INGRESS);
+* the services' pods: preStop sleep and a grace period covering it plus the drain; the
+  backends' `migrate` init container (same image, settings and security context,
+  `args: [migrate]`) and APP_DATABASE__MIGRATE=false in the service container; a short
+  startup probe;
+* prod's Ingress routes exactly the public paths (never /health, /metrics or admin), and
+  the gateway admits the ingress controller's namespace, not anyone;
+* the dev overlay's copies of deploy/observability/ are identical to their originals, on
+  disk and in the rendered ConfigMaps; its Prometheus config differs from compose's only in
+  how it finds the targets; the topics Job uses the services' topic prefix.
 
 Needs python3 and PyYAML. Exit status 0 if every check passed, 1 otherwise.
 """
@@ -74,6 +90,73 @@ EXTRA_ENV = {"OTEL_SERVICE_NAME", "OTEL_EXPORTER_OTLP_ENDPOINT", "RUST_LOG"}
 IMAGE_RE = re.compile(r"^(?P<repo>sagaworks/(?P<service>[a-z][a-z0-9-]*)):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
 DOCKERFILE = "deploy/Dockerfile"
 UID = 10001
+
+#: The repository root (the copies under k8s/ are compared with their originals there).
+ROOT = Path(__file__).resolve().parent.parent
+#: Workload kinds whose pods the k8s checks cover (Jobs: no probes, no PDB).
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "Job")
+#: Pod template annotation naming container ports (by name, comma-separated) that no
+#: NetworkPolicy opens on purpose: reached by kubelet probes or `kubectl port-forward`
+#: only, neither of which NetworkPolicy sees. Checked to stay closed.
+CLOSED_PORTS = "sagaworks.io/closed-ports"
+#: The services' preStop sleep, and the drain after SIGTERM that terminationGracePeriodSeconds
+#: must cover on top of it (k8s/base/*/deployment.yaml: in-flight calls of up to 3 x 2 s,
+#: Kafka clients closed within 5 s, spans flushed within the 10 s OTLP export timeout).
+PRESTOP_SECONDS = 5
+DRAIN_SECONDS = 22
+#: At most this long for a service to answer /health/live: migrations run before, in the
+#: `migrate` init container.
+STARTUP_BUDGET_SECONDS = 30
+#: Services with a database: their pods run `service migrate` in an init container first.
+BACKENDS = ("order", "inventory", "payment")
+MIGRATE_FLAG = "APP_DATABASE__MIGRATE"
+#: The dev overlay's in-namespace data stores and telemetry (k8s/overlays/dev/infra/): who
+#: may reach each of their ports, and the services' HTTP ports (Prometheus only; the
+#: gateway's is open to the cluster, the gRPC ports are checked against GRPC_CALLERS).
+DEV_INGRESS: dict[tuple[str, int], set[str]] = {
+    ("order-db", 5432): {"order"},
+    ("inventory-db", 5432): {"inventory"},
+    ("payment-db", 5432): {"payment"},
+    ("kafka", 9092): {"order", "inventory", "payment", "kafka-topics"},
+    ("otel-collector", 4317): set(SERVICES),
+    ("jaeger", 4317): {"otel-collector"},
+    ("jaeger", 16686): {"grafana"},
+    ("prometheus", 9090): {"grafana"},
+    ("order", 8081): {"prometheus"},
+    ("inventory", 8082): {"prometheus"},
+    ("payment", 8083): {"prometheus"},
+}
+#: Ports that may be reached from outside the namespace, per overlay: the gateway (from
+#: anywhere in dev, from the ingress controller's namespace in prod) and, in prod, the
+#: services' HTTP ports for the monitoring namespace.
+OUTSIDE_ALLOWED: dict[str, set[tuple[str, int]]] = {
+    "dev": {("gateway", 8080)},
+    "prod": {(name, ports.http) for name, ports in SERVICES.items()},
+}
+#: The paths an Ingress may route to the gateway (the public routes of
+#: services/gateway/src/api/mod.rs), and prefixes no Ingress path may cover: the health
+#: and metrics endpoints, the admin API and the admin UI.
+PUBLIC_PATHS = {
+    ("/v1/orders", "Prefix"), ("/v1/sagas", "Prefix"), ("/v1/products", "Prefix"),
+    ("/v1/customers", "Prefix"), ("/openapi.json", "Exact"), ("/asyncapi.json", "Exact"),
+}
+NEVER_PUBLIC = ("/health", "/metrics", "/v1/admin", "/admin")
+#: Files of deploy/observability/ that the dev overlay runs from copies under
+#: COPIES_DIR (kustomize reads nothing outside the overlay), and the ConfigMap generator
+#: and key each must arrive in. prometheus.yml has a Kubernetes variant instead (checked
+#: against the compose one in check_prometheus_variant); alerts.test.yml,
+#: check-dashboards.py and metric-names.txt are not deployed.
+OBSERVABILITY_DIR = Path("deploy/observability")
+COPIES_DIR = Path("k8s/overlays/dev/infra/observability")
+K8S_VARIANTS = {Path("prometheus/prometheus.yml")}
+NOT_DEPLOYED = {Path("prometheus/alerts.test.yml"), Path("check-dashboards.py"), Path("metric-names.txt")}
+COPY_CONFIGMAPS: dict[str, dict[str, str]] = {
+    "otel-collector-config": {"config.yaml": "otel-collector.yaml"},
+    "prometheus-config": {"alerts.yml": "prometheus/alerts.yml"},
+    "grafana-datasources": {"datasources.yaml": "grafana/provisioning/datasources/datasources.yaml"},
+    "grafana-dashboard-providers": {"dashboards.yaml": "grafana/provisioning/dashboards/dashboards.yaml"},
+    "grafana-dashboards": {},  # every dashboard: filled in from the directory
+}
 
 
 @dataclass
@@ -308,28 +391,89 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return True
 
 
-def _admitted(
-    policies: Iterable[dict[str, Any]], pod_labels: dict[str, str], container: dict[str, Any], port: int
-) -> set[str] | None:
-    """App names that the policies selecting this pod admit to `port`; None = anyone."""
-    callers: set[str] = set()
+def _rule_ports(rule: dict[str, Any], pod: dict[str, Any]) -> list[tuple[int, int]] | None:
+    """The (first, last) port ranges of a rule, named ports resolved on `pod`; None = all."""
+    entries = rule.get("ports") or []
+    if not entries:
+        return None
+    ranges: list[tuple[int, int]] = []
+    for entry in entries:
+        if "port" not in entry:
+            return None
+        first = _pod_port(entry["port"], pod)
+        if first is not None:
+            ranges.append((first, int(entry.get("endPort", first))))
+    return ranges
+
+
+def _pod_port(port: Any, pod: dict[str, Any]) -> int | None:
+    """A port number or container port name of any container of `pod`."""
+    for container in (pod.get("containers") or []) + (pod.get("initContainers") or []):
+        number = _resolve_port(port, container)
+        if number is not None:
+            return number
+    return None
+
+
+def _peers(
+    policies: Iterable[dict[str, Any]],
+    pod_labels: dict[str, str],
+    pod: dict[str, Any],
+    port: int,
+    pods: Iterable[dict[str, str]] = (),
+) -> set[str]:
+    """Who the NetworkPolicies selecting a pod admit to its `port`.
+
+    Same-namespace pods appear by their `app.kubernetes.io/name` (a selector on other labels
+    is resolved against `pods`, the pod labels of every workload rendered); a peer in
+    another namespace as `ns:<name>` (`ns:*` for a namespace selector on other labels);
+    anyone (no `from`, an ipBlock) as `*`. Empty: the port is closed to every pod.
+    """
+    pods = list(pods)
+    found: set[str] = set()
     for policy in policies:
         spec = policy["spec"]
-        if not _selects(spec.get("podSelector") or {}, pod_labels):
+        types = spec.get("policyTypes") or (["Ingress", "Egress"] if "egress" in spec else ["Ingress"])
+        if "Ingress" not in types or not _selects(spec.get("podSelector") or {}, pod_labels):
             continue
         for rule in spec.get("ingress") or []:
-            rule_ports = [_resolve_port(p.get("port"), container) for p in rule.get("ports") or []]
-            if rule_ports and port not in rule_ports:
+            ranges = _rule_ports(rule, pod)
+            if ranges is not None and not any(first <= port <= last for first, last in ranges):
                 continue
-            peers = rule.get("from")
-            if not peers:
-                return None
-            for peer in peers:
-                labels = (peer.get("podSelector") or {}).get("matchLabels") or {}
-                if "namespaceSelector" in peer or "ipBlock" in peer or "app.kubernetes.io/name" not in labels:
-                    return None
-                callers.add(labels["app.kubernetes.io/name"])
-    return callers
+            sources = rule.get("from")
+            if not sources:
+                found.add("*")
+                continue
+            for peer in sources:
+                if "ipBlock" in peer:
+                    found.add("*")
+                elif "namespaceSelector" in peer:
+                    labels = (peer["namespaceSelector"] or {}).get("matchLabels") or {}
+                    name = labels.get("kubernetes.io/metadata.name")
+                    found.add(f"ns:{name}" if name and len(labels) == 1 else "ns:*")
+                else:
+                    selector = peer.get("podSelector") or {}
+                    labels = selector.get("matchLabels") or {}
+                    if set(labels) == {"app.kubernetes.io/name"} and not selector.get("matchExpressions"):
+                        found.add(labels["app.kubernetes.io/name"])
+                    else:
+                        found.update(p.get("app.kubernetes.io/name", "?") for p in pods if _selects(selector, p))
+    return found
+
+
+def _admitted(
+    policies: Iterable[dict[str, Any]],
+    pod_labels: dict[str, str],
+    pod: dict[str, Any],
+    port: int,
+    pods: Iterable[dict[str, str]] = (),
+) -> set[str] | None:
+    """App names that the policies selecting this pod admit to `port`; None = anyone or
+    anything outside the namespace."""
+    peers = _peers(policies, pod_labels, pod, port, pods)
+    if any(p == "*" or p.startswith("ns:") for p in peers):
+        return None
+    return peers
 
 
 def check_k8s(report: Report, label: str, docs: list[dict[str, Any]], keys: dict[str, set[str]]) -> dict[str, str]:
@@ -340,6 +484,7 @@ def check_k8s(report: Report, label: str, docs: list[dict[str, Any]], keys: dict
     hpas = _by_kind(docs, "HorizontalPodAutoscaler")
     pdbs = _by_kind(docs, "PodDisruptionBudget")
     policies = list(_by_kind(docs, "NetworkPolicy").values())
+    all_pods = [_pod_template_labels(w) for w in _workloads(docs)]
     report.check(
         any(
             p["spec"].get("podSelector") == {} and set(p["spec"].get("policyTypes", [])) >= {"Ingress", "Egress"}
@@ -422,7 +567,7 @@ def check_k8s(report: Report, label: str, docs: list[dict[str, Any]], keys: dict
         report.check(service in pdbs, f"{where}: PodDisruptionBudget missing")
         pod_labels = deployment["spec"]["template"]["metadata"].get("labels") or {}
         if ports.grpc is not None:
-            callers = _admitted(policies, pod_labels, container, ports.grpc)
+            callers = _admitted(policies, pod_labels, pod, ports.grpc, all_pods)
             report.check(
                 callers == GRPC_CALLERS[service],
                 f"{where}: gRPC ingress must admit exactly {sorted(GRPC_CALLERS[service])}, admits "
@@ -430,10 +575,364 @@ def check_k8s(report: Report, label: str, docs: list[dict[str, Any]], keys: dict
             )
         else:
             report.check(
-                _admitted(policies, pod_labels, container, ports.http) is None,
-                f"{where}: the gateway's HTTP port must be reachable from anywhere",
+                _admitted(policies, pod_labels, pod, ports.http, all_pods) is None,
+                f"{where}: the gateway's HTTP port must be reachable from outside the namespace",
             )
     return repos
+
+
+# --- every workload: probes, resources, security, PDB, NetworkPolicy ---------------------
+
+
+def _workloads(docs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d.get("kind") in WORKLOAD_KINDS]
+
+
+def _pod_template_labels(workload: dict[str, Any]) -> dict[str, str]:
+    return ((workload.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
+
+
+def _restricted_problems(container: dict[str, Any], pod: dict[str, Any]) -> list[str]:
+    """What keeps a container from the "restricted" Pod Security Standard."""
+    ctx = container.get("securityContext") or {}
+    pod_ctx = pod.get("securityContext") or {}
+    problems = []
+    if ctx.get("runAsNonRoot", pod_ctx.get("runAsNonRoot")) is not True:
+        problems.append("runAsNonRoot is not true")
+    if ctx.get("runAsUser", pod_ctx.get("runAsUser")) in (0, None):
+        problems.append("no non-zero runAsUser")
+    if ctx.get("allowPrivilegeEscalation") is not False:
+        problems.append("allowPrivilegeEscalation is not false")
+    caps = ctx.get("capabilities") or {}
+    if "ALL" not in (caps.get("drop") or []) or set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+        problems.append(f"capabilities must drop ALL and add nothing: {caps}")
+    if ctx.get("privileged"):
+        problems.append("privileged")
+    seccomp = (ctx.get("seccompProfile") or pod_ctx.get("seccompProfile") or {}).get("type")
+    if seccomp not in ("RuntimeDefault", "Localhost"):
+        problems.append(f"seccompProfile is {seccomp}, not RuntimeDefault")
+    return problems
+
+
+def _resources_ok(container: dict[str, Any]) -> bool:
+    resources = container.get("resources") or {}
+    return {"cpu", "memory"} <= set(resources.get("requests") or {}) and "memory" in (resources.get("limits") or {})
+
+
+def check_workloads(report: Report, label: str, docs: list[dict[str, Any]]) -> None:
+    """What every Deployment, StatefulSet and Job must have, whatever it runs."""
+    policies = list(_by_kind(docs, "NetworkPolicy").values())
+    pdbs = list(_by_kind(docs, "PodDisruptionBudget").values())
+    workloads = _workloads(docs)
+    all_pods = [_pod_template_labels(w) for w in workloads]
+    report.check(bool(workloads), f"{label}: no workload rendered")
+    for workload in workloads:
+        kind, name = workload["kind"], workload["metadata"]["name"]
+        where = f"{label}/{kind}/{name}"
+        template = workload["spec"]["template"]
+        pod = template["spec"]
+        labels = template.get("metadata", {}).get("labels") or {}
+        containers = pod.get("containers") or []
+        inits = pod.get("initContainers") or []
+        for container in containers + inits:
+            cwhere = f"{where}: container {container.get('name')}"
+            report.check(_resources_ok(container), f"{cwhere} needs cpu+memory requests and a memory limit")
+            for problem in _restricted_problems(container, pod):
+                report.check(False, f"{cwhere}: not the restricted Pod Security profile: {problem}")
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            report.check(not pod.get(key), f"{where}: {key} breaks the restricted profile")
+        for volume in pod.get("volumes") or []:
+            report.check("hostPath" not in volume, f"{where}: hostPath volume {volume.get('name')}")
+        if kind != "Job":
+            for container in containers:
+                for probe in ("readinessProbe", "livenessProbe"):
+                    report.check(
+                        bool(container.get(probe)), f"{where}: container {container.get('name')} has no {probe}"
+                    )
+            report.check(
+                any(_selects(pdb["spec"].get("selector") or {}, labels) for pdb in pdbs),
+                f"{where}: no PodDisruptionBudget selects its pods",
+            )
+        # NetworkPolicy: a policy of its own (not only the namespace-wide ones), and every
+        # declared port admitted by some policy, or closed on purpose and really closed.
+        report.check(
+            any(
+                (p["spec"].get("podSelector") or {}) != {} and _selects(p["spec"].get("podSelector") or {}, labels)
+                for p in policies
+            ),
+            f"{where}: no NetworkPolicy selects its pods (beyond the namespace-wide ones)",
+        )
+        declared = {
+            port.get("name"): int(port["containerPort"])
+            for container in containers + inits
+            for port in container.get("ports") or []
+        }
+        closed_names = {
+            n.strip() for n in (template.get("metadata", {}).get("annotations") or {}).get(CLOSED_PORTS, "").split(",")
+            if n.strip()
+        }
+        for unknown in sorted(closed_names - set(declared)):
+            report.check(False, f"{where}: {CLOSED_PORTS} names {unknown!r}, which is no declared port")
+        for port_name, number in sorted(declared.items(), key=lambda item: item[1]):
+            peers = _peers(policies, labels, pod, number, all_pods)
+            if port_name in closed_names:
+                report.check(
+                    not peers, f"{where}: port {port_name} ({number}) is listed as closed, but admits {sorted(peers)}"
+                )
+                continue
+            report.check(
+                bool(peers),
+                f"{where}: no NetworkPolicy admits port {port_name} ({number}); open it or list it in {CLOSED_PORTS}",
+            )
+            outside = sorted(p for p in peers if p == "*" or p.startswith("ns:"))
+            report.check(
+                not outside or (name, number) in OUTSIDE_ALLOWED.get(label, set()),
+                f"{where}: port {number} is reachable from outside the namespace ({outside}); only the gateway may be",
+            )
+            want = DEV_INGRESS.get((name, number)) if label == "dev" else None
+            if want is not None:
+                report.check(
+                    peers == want,
+                    f"{where}: port {number} must admit exactly {sorted(want)}, admits {sorted(peers)}",
+                )
+    if label == "dev":
+        names = {w["metadata"]["name"] for w in workloads}
+        for workload, port in sorted(DEV_INGRESS):
+            report.check(workload in names, f"{label}: {workload} (port {port}) is not rendered")
+
+
+# --- the services' pods: graceful shutdown, migrations -----------------------------------
+
+
+def check_service_pods(report: Report, label: str, docs: list[dict[str, Any]]) -> None:
+    deployments = _by_kind(docs, "Deployment")
+    for service in SERVICES:
+        deployment = deployments.get(service)
+        if deployment is None:
+            continue  # reported by check_k8s
+        where = f"{label}/{service}"
+        pod = deployment["spec"]["template"]["spec"]
+        main = next((c for c in pod.get("containers") or [] if c.get("name") == service), None)
+        if not report.check(main is not None, f"{where}: no container named {service}"):
+            continue
+        sleep = (((main.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}).get("seconds")
+        report.check(
+            isinstance(sleep, int) and sleep >= PRESTOP_SECONDS,
+            f"{where}: the container needs lifecycle.preStop.sleep.seconds >= {PRESTOP_SECONDS}, got {sleep!r}",
+        )
+        grace = pod.get("terminationGracePeriodSeconds", 30)
+        need = (sleep if isinstance(sleep, int) else PRESTOP_SECONDS) + DRAIN_SECONDS
+        report.check(
+            grace >= need,
+            f"{where}: terminationGracePeriodSeconds {grace} < preStop + drain ({need})",
+        )
+        startup = main.get("startupProbe") or {}
+        if startup:
+            budget = startup.get("periodSeconds", 10) * startup.get("failureThreshold", 3)
+            report.check(
+                budget <= STARTUP_BUDGET_SECONDS,
+                f"{where}: startupProbe allows {budget} s, more than {STARTUP_BUDGET_SECONDS} s",
+            )
+        inits = pod.get("initContainers") or []
+        if service not in BACKENDS:
+            report.check(not inits, f"{where}: unexpected init containers {[c.get('name') for c in inits]}")
+            continue
+        env = {e["name"]: e for e in main.get("env") or []}
+        report.check(
+            str((env.get(MIGRATE_FLAG) or {}).get("value")).lower() == "false",
+            f"{where}: the service container must set {MIGRATE_FLAG}=false (its init container migrates)",
+        )
+        migrate = next((c for c in inits if c.get("name") == "migrate"), None)
+        if not report.check(migrate is not None, f"{where}: no `migrate` init container"):
+            continue
+        report.check(
+            migrate.get("image") == main.get("image") and migrate.get("args") == ["migrate"]
+            and not migrate.get("command"),
+            f"{where}: init container migrate must run the service's image with args [migrate], got "
+            f"{migrate.get('image')} {migrate.get('command')} {migrate.get('args')}",
+        )
+        report.check(
+            migrate.get("envFrom") == main.get("envFrom")
+            and [e for e in migrate.get("env") or [] if e["name"] != MIGRATE_FLAG]
+            == [e for e in main.get("env") or [] if e["name"] != MIGRATE_FLAG],
+            f"{where}: init container migrate must have the service container's env and envFrom",
+        )
+        report.check(
+            MIGRATE_FLAG not in {e["name"] for e in migrate.get("env") or []},
+            f"{where}: init container migrate must not set {MIGRATE_FLAG}",
+        )
+        report.check(
+            migrate.get("securityContext") == main.get("securityContext"),
+            f"{where}: init container migrate must have the service container's securityContext",
+        )
+
+
+# --- prod Ingress ------------------------------------------------------------------------
+
+
+def check_ingress(report: Report, label: str, docs: list[dict[str, Any]]) -> None:
+    ingresses = list(_by_kind(docs, "Ingress").values())
+    if label == "prod":
+        report.check(bool(ingresses), f"{label}: no Ingress for the gateway")
+    for ingress in ingresses:
+        where = f"{label}/Ingress/{ingress['metadata']['name']}"
+        spec = ingress["spec"]
+        report.check("defaultBackend" not in spec, f"{where}: a defaultBackend exposes every path")
+        paths = [
+            (p.get("path", "/"), p.get("pathType"), ((p.get("backend") or {}).get("service") or {}).get("name"))
+            for rule in spec.get("rules") or []
+            for p in (rule.get("http") or {}).get("paths") or []
+        ]
+        routed = {(path, kind) for path, kind, _ in paths}
+        report.check(
+            routed == PUBLIC_PATHS,
+            f"{where}: must route exactly {sorted(PUBLIC_PATHS)}, routes {sorted(routed)}",
+        )
+        for path, kind, backend in paths:
+            report.check(backend == "gateway", f"{where}: {path} goes to {backend}, not the gateway")
+            for private in NEVER_PUBLIC:
+                # A Prefix path exposes everything below it; an Exact one only itself.
+                below = kind == "Prefix" and private.startswith(path.rstrip("/") + "/")
+                exposes = below or path == private or path.startswith(private)
+                report.check(not exposes, f"{where}: {path} ({kind}) exposes {private}")
+    if label == "prod":
+        gateway = _by_kind(docs, "Deployment").get("gateway")
+        if gateway is not None:
+            pod = gateway["spec"]["template"]["spec"]
+            peers = _peers(
+                _by_kind(docs, "NetworkPolicy").values(), _pod_template_labels(gateway), pod,
+                SERVICES["gateway"].http, [_pod_template_labels(w) for w in _workloads(docs)],
+            )
+            report.check(
+                bool(peers) and "*" not in peers and "ns:*" not in peers,
+                f"{label}/gateway: port {SERVICES['gateway'].http} must admit the ingress controller's namespace, "
+                f"not anyone: admits {sorted(peers)}",
+            )
+
+
+# --- the dev overlay's copies of deploy/observability/ ------------------------------------
+
+
+def _files(directory: Path) -> set[Path]:
+    return {
+        f.relative_to(directory) for f in directory.rglob("*")
+        if f.is_file() and "__pycache__" not in f.parts
+    }
+
+
+def check_copies(report: Report, root: Path) -> None:
+    """The files the dev overlay runs from COPIES_DIR are byte-for-byte their originals."""
+    originals, copies = root / OBSERVABILITY_DIR, root / COPIES_DIR
+    if not report.check(copies.is_dir(), f"{COPIES_DIR} is missing"):
+        return
+    wanted = _files(originals) - NOT_DEPLOYED - K8S_VARIANTS
+    present = _files(copies)
+    for rel in sorted(wanted):
+        copy = COPIES_DIR / rel
+        if report.check(rel in present, f"{copy} is missing: copy {OBSERVABILITY_DIR / rel} there"):
+            report.check(
+                (copies / rel).read_bytes() == (originals / rel).read_bytes(),
+                f"{copy} differs from {OBSERVABILITY_DIR / rel}: copy it again (cp {OBSERVABILITY_DIR / rel} {copy})",
+            )
+    for rel in sorted(present - wanted - K8S_VARIANTS):
+        report.check(False, f"{COPIES_DIR / rel} is a copy of nothing in {OBSERVABILITY_DIR}")
+    for rel in sorted(K8S_VARIANTS):
+        report.check(rel in present, f"{COPIES_DIR / rel} (the Kubernetes variant) is missing")
+
+
+def _configmap(docs: list[dict[str, Any]], base: str) -> dict[str, Any] | None:
+    return next(
+        (d for d in docs if d.get("kind") == "ConfigMap" and _base_name(d["metadata"]["name"], [base]) == base), None
+    )
+
+
+def check_rendered_copies(report: Report, label: str, docs: list[dict[str, Any]], root: Path) -> None:
+    """The dev overlay's ConfigMaps carry the compose stack's observability files unchanged."""
+    if label != "dev":
+        return
+    originals = root / OBSERVABILITY_DIR
+    dashboards = sorted((originals / "grafana" / "dashboards").glob("*.json"))
+    for base, keys in COPY_CONFIGMAPS.items():
+        configmap = _configmap(docs, base)
+        if not report.check(configmap is not None, f"{label}: ConfigMap {base} is not rendered"):
+            continue
+        data = configmap.get("data") or {}
+        if base == "grafana-dashboards":
+            keys = {f.name: str(f.relative_to(originals)) for f in dashboards}
+            report.check(
+                set(data) == set(keys),
+                f"{label}: ConfigMap {base} holds {sorted(data)}, deploy/observability has {sorted(keys)}",
+            )
+        for key, rel in keys.items():
+            report.check(
+                data.get(key) == (originals / rel).read_text(),
+                f"{label}: ConfigMap {base} key {key} differs from {OBSERVABILITY_DIR / rel}",
+            )
+
+
+def check_prometheus_variant(report: Report, label: str, docs: list[dict[str, Any]], root: Path) -> None:
+    """The dev Prometheus config is the compose one but for the targets: one job per service
+    (same names, path, intervals, rules), each finding every pod of that service through a
+    headless Service on the service's HTTP port."""
+    if label != "dev":
+        return
+    configmap = _configmap(docs, "prometheus-config")
+    if configmap is None:
+        return  # reported by check_rendered_copies
+    k8s = yaml.safe_load((configmap.get("data") or {}).get("prometheus.yml", "")) or {}
+    compose = yaml.safe_load((root / OBSERVABILITY_DIR / "prometheus" / "prometheus.yml").read_text()) or {}
+    where = f"{label}: prometheus.yml"
+    for key in ("global", "rule_files"):
+        report.check(k8s.get(key) == compose.get(key), f"{where}: {key} differs from the compose config")
+    jobs = {job["job_name"]: job for job in k8s.get("scrape_configs") or []}
+    compose_jobs = {job["job_name"]: job for job in compose.get("scrape_configs") or []}
+    report.check(
+        set(jobs) == set(compose_jobs) == set(SERVICES),
+        f"{where}: jobs {sorted(jobs)}, compose has {sorted(compose_jobs)}, want one per service",
+    )
+    services = _by_kind(docs, "Service")
+    deployments = _by_kind(docs, "Deployment")
+    for name, job in sorted(jobs.items()):
+        if name not in SERVICES:
+            continue
+        report.check(
+            job.get("metrics_path") == (compose_jobs.get(name) or {}).get("metrics_path") == "/metrics",
+            f"{where}: job {name} must scrape /metrics like compose",
+        )
+        sd = job.get("dns_sd_configs") or []
+        ok = len(sd) == 1 and sd[0].get("type") == "A" and sd[0].get("port") == SERVICES[name].http
+        if not report.check(ok, f"{where}: job {name} must find its pods by DNS (type A, port {SERVICES[name].http})"):
+            continue
+        for host in sd[0].get("names") or []:
+            svc = services.get(host)
+            pods = _pod_template_labels(deployments[name]) if name in deployments else {}
+            report.check(
+                svc is not None and svc["spec"].get("clusterIP") == "None"
+                and svc["spec"].get("publishNotReadyAddresses") is True
+                and bool(svc["spec"].get("selector")) and _selects({"matchLabels": svc["spec"]["selector"]}, pods),
+                f"{where}: job {name} resolves {host}, which must be a headless Service (publishNotReadyAddresses) "
+                f"selecting the {name} pods",
+            )
+
+
+def check_topics_job(report: Report, label: str, docs: list[dict[str, Any]]) -> None:
+    """The topics Job creates the topics under the prefix the services use."""
+    job = _by_kind(docs, "Job").get("kafka-topics")
+    if job is None:
+        return
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    prefix = {e["name"]: e.get("value") for e in container.get("env") or []}.get("TOPIC_PREFIX")
+    configmaps = _by_kind(docs, "ConfigMap")
+    for service in BACKENDS:
+        deployment = _by_kind(docs, "Deployment").get(service)
+        if deployment is None:
+            continue
+        env, _ = _container_env(deployment["spec"]["template"]["spec"]["containers"][0], configmaps)
+        report.check(
+            env.get("APP_KAFKA__TOPIC_PREFIX") == prefix,
+            f"{label}/Job/kafka-topics: TOPIC_PREFIX {prefix!r} differs from {service}'s "
+            f"APP_KAFKA__TOPIC_PREFIX {env.get('APP_KAFKA__TOPIC_PREFIX')!r}",
+        )
 
 
 def check_repositories_agree(report: Report, found: dict[str, dict[str, str]]) -> None:
@@ -445,13 +944,26 @@ def check_repositories_agree(report: Report, found: dict[str, dict[str, str]]) -
         )
 
 
-def check_all(keys: dict[str, set[str]], compose: dict[str, Any], k8s: dict[str, list[dict[str, Any]]]) -> Report:
-    """Every check, on already-parsed documents (`k8s` maps an overlay label to its resources)."""
+def check_all(
+    keys: dict[str, set[str]],
+    compose: dict[str, Any],
+    k8s: dict[str, list[dict[str, Any]]],
+    root: Path = ROOT,
+) -> Report:
+    """Every check, on already-parsed documents (`k8s` maps an overlay label to its
+    resources); `root` is the repository the copies are compared in."""
     report = Report()
     found = {"compose": check_compose(report, compose, keys)}
     for label, docs in k8s.items():
         if report.check(bool(docs), f"{label}: the rendering holds no resources"):
             found[label] = check_k8s(report, label, docs, keys)
+            check_workloads(report, label, docs)
+            check_service_pods(report, label, docs)
+            check_ingress(report, label, docs)
+            check_rendered_copies(report, label, docs, root)
+            check_prometheus_variant(report, label, docs, root)
+            check_topics_job(report, label, docs)
+    check_copies(report, root)
     check_repositories_agree(report, found)
     return report
 

@@ -5,8 +5,11 @@
   drift it is meant to catch (every negative case breaks one real rendering);
 * deploy/http-probe against a real HTTP server (2xx, 503, 404, hung server, no server);
 * deploy/postgres/init.sql in a throw-away PostgreSQL cluster: roles, passwords, one
-  database each and no cross access;
-* the kafka-init script in docker-compose.yml is valid bash;
+  database each and no cross access; the same for the dev overlay's per-service
+  init-service-role.sql, fed the URLs of the overlay's own database Secrets;
+* the kafka-init script in docker-compose.yml is valid bash, and the dev overlay's
+  kafka-topics Job creates the same topics;
+* the prod overlay's managed-services example component still renders and passes the checks;
 * the Docker build context that .dockerignore leaves is a complete cargo workspace, with
   everything the build reads (proto/, migrations/, deploy/http-probe) and nothing else.
 
@@ -17,6 +20,7 @@ package (for its .dockerignore matcher), cargo and PostgreSQL's initdb/pg_ctl/ps
 
 from __future__ import annotations
 
+import base64
 import copy
 import glob
 import re
@@ -31,6 +35,7 @@ import threading
 import time
 import unittest
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -41,6 +46,7 @@ import consistency  # noqa: E402
 
 PROBE = ROOT / "deploy" / "http-probe"
 INIT_SQL = ROOT / "deploy" / "postgres" / "init.sql"
+K8S_INIT_SQL = ROOT / "k8s" / "overlays" / "dev" / "infra" / "postgres" / "init-service-role.sql"
 
 
 def render_compose() -> dict:
@@ -154,6 +160,192 @@ class ConsistencyTest(unittest.TestCase):
         k8s["dev"] = [d for d in k8s["dev"] if d["kind"] != "PodDisruptionBudget"]
         self.assert_fails(self.failures(k8s=k8s), "dev/gateway: PodDisruptionBudget missing")
 
+    # --- every workload (the dev overlay's data stores and telemetry included) ------------
+
+    def doc(self, docs: list[dict], kind: str, name: str) -> dict:
+        return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+    def pod(self, docs: list[dict], kind: str, name: str) -> dict:
+        return self.doc(docs, kind, name)["spec"]["template"]["spec"]
+
+    def test_workload_without_probes_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        del self.pod(k8s["dev"], "StatefulSet", "kafka")["containers"][0]["readinessProbe"]
+        del self.pod(k8s["dev"], "Deployment", "otel-collector")["containers"][0]["livenessProbe"]
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "dev/StatefulSet/kafka: container kafka has no readinessProbe")
+        self.assert_fails(failures, "dev/Deployment/otel-collector: container otel-collector has no livenessProbe")
+
+    def test_container_without_resources_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        del self.pod(k8s["dev"], "Deployment", "grafana")["containers"][0]["resources"]
+        del self.pod(k8s["prod"], "Deployment", "order")["initContainers"][0]["resources"]["requests"]
+        del self.pod(k8s["dev"], "Job", "kafka-topics")["containers"][0]["resources"]["limits"]
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "dev/Deployment/grafana: container grafana needs cpu+memory requests")
+        self.assert_fails(failures, "prod/Deployment/order: container migrate needs cpu+memory requests")
+        self.assert_fails(failures, "dev/Job/kafka-topics: container kafka-topics needs cpu+memory requests")
+
+    def test_relaxed_pod_security_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        self.pod(k8s["dev"], "StatefulSet", "payment-db")["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+        job = self.pod(k8s["dev"], "Job", "kafka-topics")
+        del job["securityContext"]["runAsNonRoot"], job["containers"][0]["securityContext"]["runAsNonRoot"]
+        self.pod(k8s["dev"], "Deployment", "jaeger")["containers"][0]["securityContext"]["capabilities"] = {"add": ["NET_ADMIN"]}
+        self.pod(k8s["prod"], "Deployment", "inventory")["initContainers"][0]["securityContext"]["runAsUser"] = 0
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "dev/StatefulSet/payment-db: container postgres: not the restricted Pod Security profile: allowPrivilegeEscalation")
+        self.assert_fails(failures, "dev/Job/kafka-topics: container kafka-topics: not the restricted Pod Security profile: runAsNonRoot")
+        self.assert_fails(failures, "dev/Deployment/jaeger: container jaeger: not the restricted Pod Security profile: capabilities")
+        self.assert_fails(failures, "prod/Deployment/inventory: container migrate: not the restricted Pod Security profile: no non-zero runAsUser")
+
+    def test_workload_without_pdb_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        k8s["dev"] = [d for d in k8s["dev"] if not (d["kind"] == "PodDisruptionBudget" and d["metadata"]["name"] in ("jaeger", "order-db"))]
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "dev/Deployment/jaeger: no PodDisruptionBudget selects its pods")
+        self.assert_fails(failures, "dev/StatefulSet/order-db: no PodDisruptionBudget selects its pods")
+
+    def test_workload_without_network_policy_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        k8s["dev"] = [d for d in k8s["dev"] if not (d["kind"] == "NetworkPolicy" and d["metadata"]["name"] in ("prometheus", "kafka-topics"))]
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "dev/Deployment/prometheus: no NetworkPolicy admits port http (9090)")
+        self.assert_fails(failures, "dev/Deployment/prometheus: no NetworkPolicy selects its pods")
+        self.assert_fails(failures, "dev/Job/kafka-topics: no NetworkPolicy selects its pods")
+
+    def test_opening_a_closed_port_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        k8s["dev"].append({
+            "kind": "NetworkPolicy", "metadata": {"name": "grafana-open"},
+            "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "grafana"}},
+                     "policyTypes": ["Ingress"], "ingress": [{"ports": [{"port": 3000}]}]},
+        })
+        annotations = self.doc(k8s["dev"], "Deployment", "jaeger")["spec"]["template"]["metadata"]["annotations"]
+        annotations["sagaworks.io/closed-ports"] = "healthz"
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "dev/Deployment/grafana: port http (3000) is listed as closed, but admits ['*']")
+        self.assert_fails(failures, "dev/Deployment/jaeger: sagaworks.io/closed-ports names 'healthz'")
+        self.assert_fails(failures, "dev/Deployment/jaeger: no NetworkPolicy admits port health (13133)")
+
+    def test_database_or_broker_open_to_others_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        order_db = self.doc(k8s["dev"], "NetworkPolicy", "order-db")
+        order_db["spec"]["ingress"][0]["from"].append({"podSelector": {"matchLabels": {"app.kubernetes.io/name": "inventory"}}})
+        # A selector on another label: resolved against the rendered pods (the gateway too).
+        kafka = self.doc(k8s["dev"], "NetworkPolicy", "kafka")
+        kafka["spec"]["ingress"][0]["from"] = [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "service"}}}]
+        payment_db = self.doc(k8s["dev"], "NetworkPolicy", "payment-db")
+        payment_db["spec"]["ingress"][0]["from"].append({"namespaceSelector": {}})
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "dev/StatefulSet/order-db: port 5432 must admit exactly ['order'], admits ['inventory', 'order']")
+        self.assert_fails(failures, "dev/StatefulSet/kafka: port 9092 must admit exactly ['inventory', 'kafka-topics', 'order', 'payment'], admits ['gateway', 'inventory', 'order', 'payment']")
+        self.assert_fails(failures, "dev/StatefulSet/payment-db: port 5432 is reachable from outside the namespace (['ns:*'])")
+
+    def test_scraping_from_elsewhere_in_dev_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        policy = self.doc(k8s["dev"], "NetworkPolicy", "allow-monitoring-ingress")
+        policy["spec"]["ingress"][0]["from"] = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "dev/Deployment/order: port 8081 is reachable from outside the namespace (['ns:monitoring'])")
+
+    # --- the services' pods: graceful shutdown, migrations before readiness -----------------
+
+    def test_missing_prestop_or_short_grace_period_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        del self.pod(k8s["prod"], "Deployment", "order")["containers"][0]["lifecycle"]
+        self.pod(k8s["dev"], "Deployment", "gateway")["terminationGracePeriodSeconds"] = 10
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "prod/order: the container needs lifecycle.preStop.sleep.seconds >= 5")
+        self.assert_fails(failures, "dev/gateway: terminationGracePeriodSeconds 10 < preStop + drain (27)")
+
+    def test_missing_or_wrong_migrate_init_container_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        del self.pod(k8s["dev"], "Deployment", "inventory")["initContainers"]
+        payment = self.pod(k8s["prod"], "Deployment", "payment")
+        payment["containers"][0]["env"] = [e for e in payment["containers"][0]["env"] if e["name"] != "APP_DATABASE__MIGRATE"]
+        order = self.pod(k8s["prod"], "Deployment", "order")
+        order["initContainers"][0]["args"] = []
+        order["initContainers"][0]["envFrom"] = []
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "dev/inventory: no `migrate` init container")
+        self.assert_fails(failures, "prod/payment: the service container must set APP_DATABASE__MIGRATE=false")
+        self.assert_fails(failures, "prod/order: init container migrate must run the service's image with args [migrate]")
+        self.assert_fails(failures, "prod/order: init container migrate must have the service container's env and envFrom")
+
+    def test_long_startup_probe_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        self.pod(k8s["dev"], "Deployment", "payment")["containers"][0]["startupProbe"]["failureThreshold"] = 30
+        self.assert_fails(self.failures(k8s=k8s), "dev/payment: startupProbe allows 60 s")
+
+    # --- prod Ingress and the gateway's reach -----------------------------------------------
+
+    def test_ingress_exposing_health_metrics_or_admin_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        paths = self.doc(k8s["prod"], "Ingress", "gateway")["spec"]["rules"][0]["http"]["paths"]
+        backend = paths[0]["backend"]
+        paths.append({"path": "/", "pathType": "Prefix", "backend": backend})
+        paths.append({"path": "/v1/admin/dlq", "pathType": "Exact", "backend": backend})
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "prod/Ingress/gateway: must route exactly")
+        self.assert_fails(failures, "prod/Ingress/gateway: / (Prefix) exposes /health")
+        self.assert_fails(failures, "prod/Ingress/gateway: / (Prefix) exposes /metrics")
+        self.assert_fails(failures, "prod/Ingress/gateway: /v1/admin/dlq (Exact) exposes /v1/admin")
+
+    def test_prod_gateway_open_to_anyone_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        self.doc(k8s["prod"], "NetworkPolicy", "gateway")["spec"]["ingress"] = [{"ports": [{"port": 8080}]}]
+        self.assert_fails(self.failures(k8s=k8s), "prod/gateway: port 8080 must admit the ingress controller's namespace, not anyone")
+
+    # --- the dev overlay's copies of deploy/observability/ ----------------------------------
+
+    def test_drifted_or_missing_copy_fails(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="sw-copies-") as tmp:
+            root = Path(tmp)
+            for rel in (consistency.OBSERVABILITY_DIR, consistency.COPIES_DIR):
+                shutil.copytree(ROOT / rel, root / rel)
+            report = consistency.Report()
+            consistency.check_copies(report, root)
+            self.assertEqual(report.failures, [], "the real copies are identical")
+            alerts = root / consistency.COPIES_DIR / "prometheus" / "alerts.yml"
+            alerts.write_text(alerts.read_text().replace("> 60", "> 600"))
+            new = root / consistency.OBSERVABILITY_DIR / "grafana" / "dashboards" / "new.json"
+            new.write_text("{}")
+            (root / consistency.COPIES_DIR / "stray.yaml").write_text("")
+            report = consistency.Report()
+            consistency.check_copies(report, root)
+            self.assert_fails(report.failures, "k8s/overlays/dev/infra/observability/prometheus/alerts.yml differs from deploy/observability/prometheus/alerts.yml")
+            self.assert_fails(report.failures, "k8s/overlays/dev/infra/observability/grafana/dashboards/new.json is missing")
+            self.assert_fails(report.failures, "k8s/overlays/dev/infra/observability/stray.yaml is a copy of nothing")
+
+    def test_rendered_configmap_drift_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        configmaps = {d["metadata"]["name"].rsplit("-", 1)[0]: d for d in k8s["dev"] if d["kind"] == "ConfigMap"}
+        configmaps["otel-collector-config"]["data"]["config.yaml"] += "# edited\n"
+        del configmaps["grafana-dashboards"]["data"]["sagaworks-red.json"]
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "dev: ConfigMap otel-collector-config key config.yaml differs from deploy/observability/otel-collector.yaml")
+        self.assert_fails(failures, "dev: ConfigMap grafana-dashboards holds ['sagaworks-overview.json']")
+
+    def test_prometheus_variant_drift_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        configmap = next(d for d in k8s["dev"] if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("prometheus-config-"))
+        config = yaml.safe_load(configmap["data"]["prometheus.yml"])
+        config["global"]["scrape_interval"] = "30s"
+        config["scrape_configs"][1]["dns_sd_configs"][0]["port"] = 50051
+        config["scrape_configs"][2]["dns_sd_configs"][0]["names"] = ["inventory"]
+        configmap["data"]["prometheus.yml"] = yaml.safe_dump(config)
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "dev: prometheus.yml: global differs from the compose config")
+        self.assert_fails(failures, "dev: prometheus.yml: job order must find its pods by DNS (type A, port 8081)")
+        self.assert_fails(failures, "dev: prometheus.yml: job inventory resolves inventory, which must be a headless Service")
+
+    def test_topic_prefix_mismatch_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        env = self.pod(k8s["dev"], "Job", "kafka-topics")["containers"][0]["env"]
+        next(e for e in env if e["name"] == "TOPIC_PREFIX")["value"] = "other"
+        self.assert_fails(self.failures(k8s=k8s), "dev/Job/kafka-topics: TOPIC_PREFIX 'other' differs from order's")
+
     def test_malformed_keys_file_is_rejected(self) -> None:
         with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
             f.write("APP_HTTP__PORT gateway\nAPP_X__Y nosuchservice\n")
@@ -231,10 +423,9 @@ def pg_bin(name: str) -> str:
     return found
 
 
-class PostgresInitTest(unittest.TestCase):
-    """Runs init.sql the way the postgres image does, in a private cluster on a free port."""
+class PostgresClusterCase(unittest.TestCase):
+    """A private PostgreSQL cluster on a free port for each test (no tests of its own)."""
 
-    PASSWORDS = {"ORDER_DB_PASSWORD": "o-secret", "INVENTORY_DB_PASSWORD": "i-secret", "PAYMENT_DB_PASSWORD": "p-secret"}
     SUPERUSER_PASSWORD = "super-secret"
 
     def setUp(self) -> None:
@@ -266,6 +457,13 @@ class PostgresInitTest(unittest.TestCase):
             capture_output=True, text=True, timeout=60,
             env={**os.environ, **(env or {}), "PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"},
         )
+
+
+
+class PostgresInitTest(PostgresClusterCase):
+    """Runs init.sql the way the postgres image does, in a private cluster on a free port."""
+
+    PASSWORDS = {"ORDER_DB_PASSWORD": "o-secret", "INVENTORY_DB_PASSWORD": "i-secret", "PAYMENT_DB_PASSWORD": "p-secret"}
 
     def init(self, passwords: dict[str, str]):
         env = {k: v for k, v in os.environ.items() if k not in self.PASSWORDS} | passwords
@@ -304,6 +502,58 @@ class PostgresInitTest(unittest.TestCase):
         self.assertEqual(roles.stdout.strip(), "0")
 
 
+class PostgresK8sInitTest(PostgresClusterCase):
+    """The dev overlay's per-service init script (k8s/overlays/dev/infra/postgres/), run the way
+    the postgres image runs it, with the URL of the very Secret the service connects with."""
+
+    def urls(self) -> dict[str, str]:
+        secrets = {d["metadata"]["name"].rsplit("-", 1)[0]: d for d in render_overlay("dev") if d["kind"] == "Secret"}
+        return {svc: base64.b64decode(secrets[f"{svc}-database"]["data"]["url"]).decode()
+                for svc in ("order", "inventory", "payment")}
+
+    def init(self, url: str):
+        return self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-f", str(K8S_INIT_SQL),
+                         env={"SERVICE_DATABASE_URL": url})
+
+    def test_each_service_secret_creates_a_role_that_reaches_only_its_own_database(self) -> None:
+        # One cluster for the three (the overlay runs three servers): also shows no cross access.
+        urls = self.urls()
+        for svc, url in urls.items():
+            result = self.init(url)
+            self.assertEqual(result.returncode, 0, f"{svc}: {result.stderr}")
+        for svc, url in urls.items():
+            parts = urlsplit(url)
+            self.assertEqual(parts.hostname, f"{svc}-db", "the URL names the in-namespace Service")
+            role, password, db = parts.username, parts.password, parts.path.lstrip("/")
+            own = self.psql(role, password, db, "-tAc",
+                            "CREATE TABLE migrations_can_run (id int); SELECT current_database()")
+            self.assertEqual(own.returncode, 0, own.stderr)
+            self.assertEqual(own.stdout.strip(), db)
+            for other in ["postgres"] + [urlsplit(u).path.lstrip("/") for s, u in urls.items() if s != svc]:
+                denied = self.psql(role, password, other, "-c", "SELECT 1")
+                self.assertNotEqual(denied.returncode, 0, f"{role} reached {other}")
+                self.assertIn("permission denied for database", denied.stderr)
+            wrong = self.psql(role, "wrong", db, "-c", "SELECT 1")
+            self.assertIn("password authentication failed", wrong.stderr)
+        attrs = self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-tAc",
+                          "SELECT count(*), bool_or(rolsuper OR rolcreatedb OR rolcreaterole OR rolreplication "
+                          "OR rolbypassrls) FROM pg_roles WHERE rolname LIKE '%\\_svc'")
+        self.assertEqual(attrs.stdout.strip(), "3|f", "three unprivileged service roles")
+
+    def test_unusable_url_aborts_before_creating_anything(self) -> None:
+        for url in ("", "postgres://order_svc@order-db:5432/sagaworks_order",  # no password
+                    "postgres://order_svc:p%40ss@order-db:5432/sagaworks_order",  # needs decoding
+                    "postgres://postgres:secret@order-db:5432/sagaworks_order",  # the superuser
+                    "postgres://order_svc:secret@order-db:5432/template1",
+                    "mysql://order_svc:secret@order-db:3306/sagaworks_order"):
+            result = self.init(url)
+            self.assertNotEqual(result.returncode, 0, url)
+            self.assertIn("SERVICE_DATABASE_URL", result.stderr, url)
+        roles = self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-tAc",
+                          "SELECT count(*) FROM pg_roles WHERE rolname LIKE '%\\_svc'")
+        self.assertEqual(roles.stdout.strip(), "0")
+
+
 class KafkaInitTest(unittest.TestCase):
     def test_topic_script_is_valid_bash_covering_every_aggregate(self) -> None:
         raw = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -313,6 +563,53 @@ class KafkaInitTest(unittest.TestCase):
         for aggregate in ("order", "reservation", "product", "payment", "account"):
             self.assertRegex(script, rf"\b{aggregate}\b")
         self.assertIn(".dlq", script)
+
+    def test_k8s_topics_job_creates_the_same_topics(self) -> None:
+        compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["kafka-init"]["command"][0]
+        job = next(d for d in render_overlay("dev") if d["kind"] == "Job" and d["metadata"]["name"] == "kafka-topics")
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual(container["command"], ["/bin/bash", "-c"])
+        script = container["args"][0]
+        subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+        self.assertNotIn("$(", script, "Kubernetes would expand $(VAR) in args")
+
+        def shape(text: str) -> tuple:
+            return (re.findall(r"for aggregate in ([a-z ]+);", text),
+                    re.findall(r"--partitions (\d+) --replication-factor (\d+)", text),
+                    ".dlq" in text, "--if-not-exists" in text)
+
+        self.assertEqual(shape(script), shape(compose))
+        self.assertEqual(container["image"], yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["kafka"]["image"])
+
+
+class ManagedServicesExampleTest(unittest.TestCase):
+    """k8s/overlays/prod/managed-services (a Component the prod overlay leaves disabled)
+    still renders onto prod, and the result passes the workload checks."""
+
+    def test_component_renders_onto_prod(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="sw-managed-") as tmp:
+            shutil.copytree(ROOT / "k8s", Path(tmp) / "k8s")
+            kustomization = Path(tmp) / "k8s" / "overlays" / "prod" / "kustomization.yaml"
+            text = kustomization.read_text()
+            self.assertIn("# components:\n#   - managed-services\n", text, "the commented-out line to enable it")
+            kustomization.write_text(text.replace("# components:\n#   - managed-services\n", "components:\n  - managed-services\n"))
+            kustomize = os.environ.get("SW_KUSTOMIZE", "kubectl kustomize").split()
+            out = subprocess.run([*kustomize, str(kustomization.parent)], check=True, capture_output=True, text=True).stdout
+        docs = [d for d in yaml.safe_load_all(out) if d]
+        report = consistency.Report()
+        consistency.check_workloads(report, "prod", docs)
+        consistency.check_service_pods(report, "prod", docs)
+        consistency.check_ingress(report, "prod", docs)
+        self.assertEqual(report.failures, [])
+        for svc in ("order", "inventory", "payment"):
+            pod = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == svc)["spec"]["template"]["spec"]
+            for container in pod["containers"] + pod["initContainers"]:
+                mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+                self.assertEqual(mounts.get("kafka-client"), "/etc/sagaworks/kafka", f"{svc}/{container['name']}")
+            config = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith(f"{svc}-config-"))
+            self.assertEqual(config["data"]["APP_CONFIG_FILE"], "/etc/sagaworks/kafka/kafka.toml")
+            data = next(d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == f"{svc}-data")
+            self.assertTrue(all("ipBlock" in peer for rule in data["spec"]["egress"] for peer in rule["to"]))
 
 
 class BuildContextTest(unittest.TestCase):
