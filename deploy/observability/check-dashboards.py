@@ -172,6 +172,9 @@ def check_dashboard(path: Path, dash: Any, report: Report, uids: dict[str, Path]
                 continue
             if not panel_ds and not has_datasource(target.get("datasource")):
                 report.problem(f"{twhere}: no datasource (panel or target, with a uid)")
+            ds = target.get("datasource") if has_datasource(target.get("datasource")) else panel.get("datasource")
+            if isinstance(ds, dict) and ds.get("type") not in (None, "prometheus"):
+                continue  # e.g. a Jaeger trace search: no PromQL to check
             expr = target.get("expr")
             if not isinstance(expr, str) or not expr.strip():
                 report.problem(f"{twhere}: no expr")
