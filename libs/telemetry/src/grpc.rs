@@ -279,10 +279,9 @@ impl Call {
 }
 
 impl Drop for Call {
+    /// A no-op when the call finished; else it was given up on.
     fn drop(&mut self) {
-        if !self.finished {
-            self.finish(Ended::Status(Code::Cancelled));
-        }
+        self.finish(Ended::Status(Code::Cancelled));
     }
 }
 
