@@ -746,28 +746,22 @@ impl<H: Handler> Consumer<H> {
         let max = self.settings.max_attempts.max(1);
         let mut attempt = 1;
         loop {
-            let (error, reason) = match self.handle_once(event).await {
+            // What went wrong, the reason it is parked under, and whether another try may help.
+            let (error, reason, retry) = match self.handle_once(event).await {
                 Ok(outcome) => return Ok(outcome),
-                Err(HandlerError::Permanent(e)) => {
-                    self.count_error(event);
-                    tracing::warn!(error = %e, event_id = %event.id, "permanent handler error");
-                    return self.dead_letter(msg, DlqReason::Rejected, &e, attempt, shutdown).await;
-                }
-                Err(HandlerError::UnsupportedSchemaVersion(e))
-                    if self.settings.unsupported_schema_version == UnsupportedVersionPolicy::Park =>
-                {
-                    self.count_error(event);
-                    tracing::warn!(error = %e, event_id = %event.id, "parking an event of an unsupported schema version");
-                    return self
-                        .dead_letter(msg, DlqReason::UnsupportedSchemaVersion, &e, attempt, shutdown)
-                        .await;
-                }
-                Err(HandlerError::UnsupportedSchemaVersion(e)) => (e, DlqReason::UnsupportedSchemaVersion),
-                Err(HandlerError::Retryable(e)) => (e, DlqReason::RetriesExhausted),
+                Err(HandlerError::Permanent(e)) => (e, DlqReason::Rejected, false),
+                Err(HandlerError::UnsupportedSchemaVersion(e)) => (
+                    e,
+                    DlqReason::UnsupportedSchemaVersion,
+                    self.settings.unsupported_schema_version == UnsupportedVersionPolicy::Retry,
+                ),
+                Err(HandlerError::Retryable(e)) => (e, DlqReason::RetriesExhausted, true),
             };
-            self.count_error(event);
-            if attempt >= max {
-                tracing::warn!(error = %error, event_id = %event.id, attempt, "giving up on event");
+            metrics::counter!(m::CONSUMER_ERRORS_TOTAL, "group" => self.settings.group_id.clone(),
+                "topic" => event.topic.clone())
+            .increment(1);
+            if !retry || attempt >= max {
+                tracing::warn!(error = %error, event_id = %event.id, attempt, reason = reason.label(), "dead-lettering event");
                 return self.dead_letter(msg, reason, &error, attempt, shutdown).await;
             }
             let delay = backoff.next_delay();
@@ -778,12 +772,6 @@ impl<H: Handler> Consumer<H> {
             }
             attempt += 1;
         }
-    }
-
-    fn count_error(&self, event: &ReceivedEvent) {
-        metrics::counter!(m::CONSUMER_ERRORS_TOTAL, "group" => self.settings.group_id.clone(),
-            "topic" => event.topic.clone())
-        .increment(1);
     }
 
     /// Inbox row + handler in one transaction (a batch of one, in the
