@@ -79,9 +79,9 @@ pub struct DatabaseSettings {
     /// PostgreSQL's `plan_cache_mode` on the service's connections. The default,
     /// `force_generic_plan`, plans each prepared statement once per connection.
     /// PostgreSQL's own default (`auto`) compares the first five runs' plans with
-    /// a generic one and may settle on planning a statement on every run: under
-    /// load that cost inventory about 0.3 ms of CPU per saga, in some runs and
-    /// not others. Empty = the server's setting.
+    /// a generic one and may settle on planning a statement on every run, which
+    /// under load made a service's database cost differ from run to run
+    /// (docs/perf-log.md). Empty = the server's setting.
     pub plan_cache_mode: String,
     /// Run the service's migrations at start-up.
     pub migrate: bool,

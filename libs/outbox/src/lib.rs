@@ -68,22 +68,12 @@
 //! # Throughput
 //!
 //! `cargo run --release -p sagaworks-outbox --example relay_bench -- --events 100000`
-//! (see `examples/relay_bench.rs`): 100 000 events over 1 000 aggregates,
-//! own Tansu 0.6 (memory storage) and local PostgreSQL, measured 2026-12-02 on
-//! the 2-core dev VM shared with other builds (load average 4.5-5.5):
-//!
-//! | phase | result |
-//! |---|---|
-//! | write (500 events/tx, 4 writers) | 10 200 events/s |
-//! | relay, commit -> broker ack and marked published | 7 300 events/s (13.7 s for 100k) |
-//! | consumer, inbox + handler in one tx each, 3 partitions | 718 events/s (one fsync'ed commit per event) |
-//! | commit -> handler latency at 500 events/s | p50 52 ms, p99 214 ms |
-//! | commit -> handler latency at 100 events/s (10k run) | p50 19 ms, p99 118 ms |
-//! | check | 105 000 / 105 000 handled once, per-aggregate order OK |
-//!
-//! The consumer, not the relay, is the bottleneck: it commits a database
-//! transaction per event. Raise `ConsumerSettings::concurrency` and the
-//! topic's partition count to scale it.
+//! (see `examples/relay_bench.rs`) writes, relays and consumes 100 000 events
+//! over 1 000 aggregates against a Tansu broker and local PostgreSQL, and
+//! checks every event was handled once in aggregate order. Its figures are in
+//! `docs/performance.md`. The consumer commits a database transaction per
+//! event (or per batch, `ConsumerSettings::batch_size`): raise
+//! `ConsumerSettings::concurrency` and the topic's partition count to scale it.
 
 mod backoff;
 mod error;
