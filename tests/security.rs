@@ -353,3 +353,123 @@ async fn the_gateway_refuses_to_start_without_a_signing_key() {
     settings.auth.enabled = false;
     assert!(gateway::startup::Application::build(settings).await.is_ok(), "auth explicitly disabled");
 }
+
+/// A key rotation at the identity provider: a token whose `kid` the cached
+/// JWKS lacks makes the gateway fetch the JWKS again, at most once per
+/// `auth.jwks_unknown_kid_refetch_ms`. After the rotation, tokens of the new
+/// key are accepted and those of the old one refused; a flood of tokens
+/// naming a key nobody has is refused (401 problem+json) and costs the
+/// identity provider at most one fetch per interval.
+#[tokio::test]
+async fn an_unknown_kid_refetches_the_jwks_at_most_once_per_interval() {
+    use system_tests::auth::{RS256_JWKS_2, RS256_KID_2, RS256_PRIVATE_PEM_2, sign_rs256_with};
+    const REFETCH_MS: u64 = 500;
+    let stack = Stack::start().await;
+    let jwks = JwksServer::start(RS256_JWKS).await;
+    let rotating = gateway(&stack, |s| {
+        s.auth.jwt_secret = None;
+        s.auth.jwks_url = Some(jwks.url.clone());
+        s.auth.jwks_unknown_kid_refetch_ms = REFETCH_MS;
+    })
+    .await;
+    let http = anonymous();
+    let products = url(&rotating, "/v1/products");
+    let admin = claims("ops", &["admin"]);
+    let old_key = sign_rs256(Some(RS256_KID), &admin);
+    let new_key = sign_rs256_with(RS256_PRIVATE_PEM_2, Some(RS256_KID_2), &admin);
+
+    let (status, _, body) = send(http.get(&products).bearer_auth(&old_key)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(jwks.hits(), 1);
+
+    // The identity provider rotates: it now publishes the new key only. The
+    // new kid is refused until the interval since the last fetch has passed;
+    // then one fetch brings the new key.
+    jwks.serve(RS256_JWKS_2);
+    sagaworks_test_support::eventually(
+        "a token of the new key to be accepted",
+        Duration::from_secs(30),
+        || {
+            let req = http.get(&products).bearer_auth(&new_key);
+            async move {
+                let (status, headers, body) = send(req).await;
+                if status == StatusCode::OK {
+                    return Some(());
+                }
+                assert_unauthenticated(status, &headers, &body, "the new kid before the refetch");
+                None
+            }
+        },
+    )
+    .await;
+    assert_eq!(jwks.hits(), 2, "one fetch for the new kid, however often it was presented before");
+    let (status, headers, body) = send(http.get(&products).bearer_auth(&old_key)).await;
+    assert_unauthenticated(status, &headers, &body, "the old kid after the rotation");
+
+    // A kid nobody issued, over and over: refused, without a fetch per token.
+    let nobody = sign_rs256_with(RS256_PRIVATE_PEM_2, Some("never-issued"), &admin);
+    let (before, started) = (jwks.hits(), std::time::Instant::now());
+    const TOKENS: usize = 40;
+    for i in 0..TOKENS {
+        let (status, headers, body) = send(http.get(&products).bearer_auth(&nobody)).await;
+        assert_unauthenticated(status, &headers, &body, &format!("unknown kid, token {i}"));
+        assert!(body["detail"].as_str().is_some_and(|d| d.contains("kid")), "{body}");
+    }
+    let elapsed = started.elapsed();
+    let fetches = jwks.hits() - before;
+    let allowed = 1 + (elapsed.as_millis() / u128::from(REFETCH_MS)) as usize;
+    assert!(
+        fetches <= allowed,
+        "{fetches} JWKS fetches for {TOKENS} tokens in {elapsed:?}: at most {allowed}"
+    );
+}
+
+/// `auth.admin_role` names the role that opens the admin endpoints: with it
+/// set to `ops`, an `ops` token may call them (and act for any customer),
+/// while a token with the default `admin` role gets 403 and changes nothing.
+#[tokio::test]
+async fn the_configured_admin_role_opens_the_admin_endpoints_and_the_default_one_does_not() {
+    let stack = Stack::start().await;
+    let ops_gateway = gateway(&stack, |s| s.auth.admin_role = "ops".into()).await;
+    let customer = stack.customer(1_000).await;
+    let http = anonymous();
+    let ops = sign_hs256(TEST_JWT_SECRET, &claims("operator", &["ops"]));
+    let admin = admin_token();
+    let calls: Vec<(&str, String, Option<Value>)> = vec![
+        (
+            "POST",
+            "/v1/products".into(),
+            Some(json!({ "sku": "ops-1", "name": "X", "price_cents": 1, "initial_stock": 1 })),
+        ),
+        ("GET", "/v1/products".into(), None),
+        ("GET", format!("/v1/customers/{customer}"), None),
+        ("POST", format!("/v1/customers/{customer}/credit"), Some(json!({ "amount_cents": 500 }))),
+        ("GET", format!("/v1/orders?customer_id={customer}"), None),
+    ];
+    let call = |bearer: &str, method: &str, path: &str, body: &Option<Value>| {
+        let path = url(&ops_gateway, path);
+        let mut req = if method == "POST" { http.post(path) } else { http.get(path) };
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        send(req.bearer_auth(bearer))
+    };
+
+    for (method, path, body) in &calls {
+        let (status, headers, problem) = call(&admin, method, path, body).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "admin {method} {path}: {problem}");
+        assert_eq!(headers["content-type"], "application/problem+json");
+        assert_eq!(problem["status"], 403);
+    }
+    assert_eq!(stack.balance(&customer).await, 1_000, "the refused credit did not happen");
+    let (_, products) = stack.get("/v1/products").await;
+    assert_eq!(products["products"], json!([]), "the refused product was not created");
+
+    for (method, path, body) in &calls {
+        let (status, _, body) = call(&ops, method, path, body).await;
+        assert!(status.is_success(), "ops {method} {path}: {status} {body}");
+    }
+    assert_eq!(stack.balance(&customer).await, 1_500);
+    let (_, products) = stack.get("/v1/products").await;
+    assert_eq!(products["products"].as_array().unwrap().len(), 1);
+}

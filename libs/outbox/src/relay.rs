@@ -66,6 +66,16 @@
 //! on the topic: delivery is at-least-once). Topics are (re)created before
 //! retrying, and the producer is replaced after a batch with failed sends.
 //!
+//! # Stopping
+//!
+//! A relay told to stop finishes the batch in hand but does not wait for the
+//! acks still outstanding: it marks the acked prefix and commits, which
+//! releases its claims at once, so another relay publishes those aggregates
+//! right away instead of after `message_timeout_ms` (a broker that is down or
+//! stalled). The stopped relay's producer may still deliver some of the
+//! events it was not acked for: duplicates behind the other relay's copies
+//! (at-least-once; the first copy of each event is still in order).
+//!
 //! One narrow reordering remains possible: if librdkafka times out event `n`
 //! of an aggregate (`message_timeout_ms`) but a later event `n+1` is still
 //! acked, `n+1` is not marked (only the acked prefix is) and the next batch
@@ -204,7 +214,8 @@ impl Relay {
     }
 
     /// Relays until `shutdown` is cancelled, then returns after finishing the
-    /// batch in hand. Returns at once when `enabled` is false.
+    /// batch in hand without waiting for its outstanding acks (see the module
+    /// docs). Returns at once when `enabled` is false.
     pub async fn run(mut self, shutdown: CancellationToken) {
         if !self.settings.enabled {
             tracing::info!("outbox relay disabled");
@@ -235,7 +246,7 @@ impl Relay {
                 }
             }
             let started = Instant::now();
-            let outcome = self.publish_batch().await;
+            let outcome = self.publish_batch(&shutdown).await;
             if last_gauges.is_none_or(|t| t.elapsed() >= GAUGES_EVERY) {
                 if let Err(e) = m::refresh_outbox_gauges(&self.pool, &self.settings.service).await {
                     tracing::debug!(error = %e, "cannot refresh outbox gauges");
@@ -259,6 +270,11 @@ impl Relay {
                         Parking::Parked | Parking::Busy => continue,
                         Parking::Sleep => poll,
                     }
+                }
+                // Stopped with acks outstanding: those events stay unpublished, their claims released.
+                Ok(o) if shutdown.is_cancelled() => {
+                    tracing::info!(not_acked = o.failed, "outbox relay stopped with events in flight");
+                    break;
                 }
                 Ok(o) => {
                     let delay = backoff.next_delay();
@@ -310,7 +326,7 @@ impl Relay {
         }
     }
 
-    async fn publish_batch(&mut self) -> Result<BatchOutcome, OutboxError> {
+    async fn publish_batch(&mut self, shutdown: &CancellationToken) -> Result<BatchOutcome, OutboxError> {
         let limit = self.settings.batch_size.max(1);
         let mut tx = self.pool.begin().await?;
         let rows_limit = limit.saturating_mul(2);
@@ -341,7 +357,7 @@ impl Relay {
         let heads = rows.iter().map(|r| r.aggregate_id.as_str()).collect::<HashSet<_>>().len();
         self.ensure_topics(&rows).await?;
 
-        let acked = self.send_all(&rows).await;
+        let acked = self.send_all(&rows, shutdown).await;
         // Per aggregate, the prefix up to the first event that was not acked.
         let mut broken: HashSet<&str> = HashSet::new();
         let mut done = Vec::with_capacity(rows.len());
@@ -370,7 +386,9 @@ impl Relay {
         let service = &self.settings.service;
         metrics::counter!(m::OUTBOX_PUBLISHED_TOTAL, "service" => service.clone())
             .increment(done.len() as u64);
-        m_error(service, acked.iter().filter(|ok| !**ok).count() as u64);
+        if !shutdown.is_cancelled() {
+            m_error(service, acked.iter().filter(|ok| !**ok).count() as u64);
+        }
         Ok(BatchOutcome {
             full: heads as i64 == limit || rows.len() as i64 == rows_limit,
             published: done.len(),
@@ -394,8 +412,9 @@ impl Relay {
     /// Enqueues every row in order and awaits the acks; `true` = acked. Once
     /// one event of an aggregate cannot be enqueued, its later events are not
     /// enqueued either. Each row is sent inside its own producer span, which
-    /// ends when the broker acked (or refused) it.
-    async fn send_all(&self, rows: &[Row]) -> Vec<bool> {
+    /// ends when the broker acked (or refused) it. Once `shutdown` is
+    /// cancelled, acks still outstanding are not waited for (`false`).
+    async fn send_all(&self, rows: &[Row], shutdown: &CancellationToken) -> Vec<bool> {
         let mut pending: Vec<Option<DeliveryFuture>> = Vec::with_capacity(rows.len());
         let mut spans: Vec<tracing::Span> = Vec::with_capacity(rows.len());
         let mut blocked: HashSet<&str> = HashSet::new();
@@ -425,10 +444,15 @@ impl Relay {
             spans.push(span);
         }
         let service = &self.settings.service;
+        // `None`: the relay stopped before the ack came.
         let results = futures::future::join_all(pending.into_iter().map(|f| async move {
             match f {
-                Some(f) => f.await,
-                None => Err(futures::channel::oneshot::Canceled),
+                Some(f) => tokio::select! {
+                    biased;
+                    r = f => Some(r),
+                    _ = shutdown.cancelled() => None,
+                },
+                None => Some(Err(futures::channel::oneshot::Canceled)),
             }
         }))
         .await;
@@ -436,7 +460,7 @@ impl Relay {
             .zip(results)
             .zip(spans)
             .map(|((row, r), span)| match r {
-                Ok(Ok(delivery)) => {
+                Some(Ok(Ok(delivery))) => {
                     span.record("messaging.destination.partition.id", delivery.partition.to_string());
                     span.record("messaging.kafka.offset", delivery.offset);
                     let age = (Utc::now() - row.created_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
@@ -444,14 +468,18 @@ impl Relay {
                         .record(age.max(0.0));
                     true
                 }
-                Ok(Err((e, _))) => {
+                Some(Ok(Err((e, _)))) => {
                     span.in_scope(
                         || tracing::debug!(error = %e, event_id = %row.id, "outbox event not acked"),
                     );
                     span.set_status(Status::error(e.to_string()));
                     false
                 }
-                Err(_) => false,
+                Some(Err(_)) => false,
+                None => {
+                    span.set_status(Status::error("not acked before the relay stopped"));
+                    false
+                }
             })
             .collect()
     }

@@ -866,6 +866,59 @@ fn other_trials() -> Vec<libtest_mimic::Trial> {
             }
             Ok(())
         }),
+        db_trial("a_stopping_worker_hands_its_instance_to_another_at_once", |pool, stop| async move {
+            // Leases far longer than the test: only a hand-back lets another replica in.
+            let long_lease = || SagaSettings { lease_ms: 600_000, max_concurrent: 1, ..settings() };
+            let first_stop = CancellationToken::new();
+            let first = Engine::new(pool.clone(), definition(&pool), long_lease()).unwrap();
+            let worker = tokio::spawn(first.clone().run_worker(first_stop.clone()));
+            // The charge will wait for the wallet row this transaction holds: mid-step.
+            let mut wallet = pool.begin().await.unwrap();
+            sqlx::query("SELECT balance FROM wallet WHERE id = 1 FOR UPDATE")
+                .execute(&mut *wallet)
+                .await
+                .unwrap();
+            // With the replica's one permit taken, the new instance goes to its worker.
+            let busy = first.try_permit();
+            let purchase = place(&first, &pool, 2, &first_stop).await;
+            drop(busy);
+            let saga: Uuid = sqlx::query_scalar("SELECT id FROM saga_instances WHERE key = $1")
+                .bind(purchase.to_string())
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            sagaworks_test_support::eventually(
+                "the first worker to be in the charge",
+                Duration::from_secs(30),
+                || async {
+                    let charging: Option<String> = sqlx::query_scalar(
+                        "SELECT lease_owner FROM saga_instances
+                         WHERE id = $1 AND EXISTS (SELECT 1 FROM calls WHERE step = 'charge')",
+                    )
+                    .bind(saga)
+                    .fetch_optional(&pool)
+                    .await
+                    .unwrap()
+                    .flatten();
+                    charging.filter(|owner| owner == first.owner())
+                },
+            )
+            .await;
+
+            // The first replica stops while its step runs; a second one is up.
+            first_stop.cancel();
+            let second = Engine::new(pool.clone(), definition(&pool), long_lease()).unwrap();
+            tokio::spawn(second.run_worker(stop.clone()));
+            wallet.rollback().await.unwrap();
+            worker.await.unwrap();
+
+            // Handed back: the second replica finishes it, long before the lease could run out.
+            assert_eq!(finished(&pool, saga).await, "COMPLETED");
+            let calls: Vec<String> =
+                sqlx::query_scalar("SELECT step FROM calls ORDER BY seq").fetch_all(&pool).await.unwrap();
+            assert_eq!(calls, ["reserve", "charge", "ship"], "each step once: the charge was not repeated");
+            assert_eq!(money_and_stock(&pool).await, (CREDIT - 2 * PRICE, STOCK - 2, 2), "charged once");
+        }),
         Trial::test("the_matrix_lists_the_added_ship_step", || {
             let names: Vec<String> = testing::cases(&shape()).iter().map(Case::name).collect();
             for expected in

@@ -85,8 +85,12 @@ pub struct AuthSettings {
     pub jwks_url: Option<String>,
     /// A JWKS document inline, instead of fetching `jwks_url`.
     pub jwks_json: Option<String>,
-    /// Fetched keys are refreshed after this long (and at most every 10 s on an unknown `kid`).
+    /// Fetched keys are refreshed after this long (and on an unknown `kid`, see below).
     pub jwks_refresh_secs: u64,
+    /// A token naming a `kid` the fetched keys lack makes the gateway fetch
+    /// them again (key rotation), at most once per this interval (10 s), so
+    /// unknown-`kid` tokens cannot flood the identity provider.
+    pub jwks_unknown_kid_refetch_ms: u64,
     /// Required `iss`, if set.
     pub issuer: Option<String>,
     /// Required `aud`, if set.
@@ -105,6 +109,7 @@ impl Default for AuthSettings {
             jwks_url: None,
             jwks_json: None,
             jwks_refresh_secs: 300,
+            jwks_unknown_kid_refetch_ms: 10_000,
             issuer: None,
             audience: None,
             admin_role: "admin".into(),
@@ -122,6 +127,7 @@ impl std::fmt::Debug for AuthSettings {
             .field("jwks_url", &self.jwks_url)
             .field("jwks_json", &self.jwks_json.as_ref().map(|_| "<inline>"))
             .field("jwks_refresh_secs", &self.jwks_refresh_secs)
+            .field("jwks_unknown_kid_refetch_ms", &self.jwks_unknown_kid_refetch_ms)
             .field("issuer", &self.issuer)
             .field("audience", &self.audience)
             .field("admin_role", &self.admin_role)

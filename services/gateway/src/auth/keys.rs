@@ -5,7 +5,8 @@
 //!   matches the token's (or the only RSA key when the token names none).
 //!   Keys come from `auth.jwks_json`, or from `auth.jwks_url`, fetched on
 //!   first use, refreshed after `jwks_refresh_secs`, and again (at most every
-//!   10 s) when a token names a `kid` the cache lacks (key rotation).
+//!   `jwks_unknown_kid_refetch_ms`, 10 s) when a token names a `kid` the
+//!   cache lacks (key rotation).
 //!
 //! Any other algorithm is refused; so is a JWKS key that is not RSA, so an
 //! `oct` key or an HS256 token can never be checked against public material.
@@ -17,8 +18,6 @@ use serde::Deserialize;
 use std::time::{Duration, Instant};
 use tokio::sync::RwLock;
 
-/// Refetches on an unknown `kid` are at least this far apart.
-const UNKNOWN_KID_REFETCH: Duration = Duration::from_secs(10);
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +60,14 @@ pub struct Claims {
 
 enum Jwks {
     Static(JwkSet),
-    Remote { url: String, client: reqwest::Client, refresh: Duration, cache: RwLock<Option<Fetched>> },
+    Remote {
+        url: String,
+        client: reqwest::Client,
+        refresh: Duration,
+        /// Refetches on an unknown `kid` are at least this far apart.
+        refetch: Duration,
+        cache: RwLock<Option<Fetched>>,
+    },
 }
 
 struct Fetched {
@@ -95,6 +101,7 @@ impl Verifier {
                     .build()
                     .map_err(ConfigError::Client)?,
                 refresh: Duration::from_secs(settings.jwks_refresh_secs.max(1)),
+                refetch: Duration::from_millis(settings.jwks_unknown_kid_refetch_ms),
                 cache: RwLock::new(None),
             }),
             (None, None) => None,
@@ -154,20 +161,20 @@ impl Verifier {
         match &self.jwks {
             None => Err(invalid("RS256 tokens are not accepted")),
             Some(Jwks::Static(keys)) => pick(keys, kid),
-            Some(Jwks::Remote { url, client, refresh, cache }) => {
+            Some(Jwks::Remote { url, client, refresh, refetch, cache }) => {
                 {
                     let cached = cache.read().await;
                     if let Some(f) = cached.as_ref().filter(|f| f.at.elapsed() < *refresh) {
                         match pick(&f.keys, kid) {
                             Ok(key) => return Ok(key),
-                            Err(e) if f.at.elapsed() < UNKNOWN_KID_REFETCH => return Err(e),
+                            Err(e) if f.at.elapsed() < *refetch => return Err(e),
                             Err(_) => {}
                         }
                     }
                 }
                 let mut cached = cache.write().await;
                 // Another request may have refreshed while this one waited.
-                let fresh = cached.as_ref().is_some_and(|f| f.at.elapsed() < UNKNOWN_KID_REFETCH);
+                let fresh = cached.as_ref().is_some_and(|f| f.at.elapsed() < *refetch);
                 if !fresh {
                     match fetch(client, url).await {
                         Ok(keys) => *cached = Some(Fetched { keys, at: Instant::now() }),

@@ -1,0 +1,421 @@
+//! Work changing hands while it is in flight, against real PostgreSQL and a
+//! real Kafka-protocol broker (Tansu): a relay that stops with a batch out,
+//! a consumer group that rebalances mid-stream, and the outbox purge running
+//! under a publishing relay.
+
+mod common;
+
+use common::*;
+use futures::future::BoxFuture;
+use rdkafka::message::{Message, OwnedMessage};
+use sagaworks_config::KafkaSettings;
+use sagaworks_outbox::kafka::topic_name;
+use sagaworks_outbox::{Consumer, ConsumerSettings, NewEvent, OutboxWriter, Relay, RelaySettings};
+use sagaworks_test_support::{Broker, eventually};
+use sqlx::PgPool;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Fail-instead-of-hang guard of every wait (nothing here waits on the clock).
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A relay that stops while its batch waits for acks that will never come
+/// (its broker went away; its sends would time out after ten minutes) hands
+/// its claims back as it stops: a second relay on the same table, which
+/// skipped those aggregates while they were claimed, publishes them at once,
+/// in order, each event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_relay_releases_its_claims_to_another_relay_at_once() {
+    const AGGREGATES: i64 = 4;
+    const EVENTS: i64 = 5;
+    let env = env("handover_relay").await;
+    let mut gone = Broker::start().await;
+    let first_kafka = KafkaSettings { brokers: gone.address(), ..env.kafka.clone() };
+    let first_settings = RelaySettings { message_timeout_ms: 600_000, ..relay_settings() };
+    let first = Relay::new(env.pool.clone(), &first_kafka, first_settings).unwrap();
+    let first = Running::spawn(|t| first.run(t));
+    // Once it has published, it knows the topic exists and goes straight to sending.
+    credit(&env.pool, "warm-up", 0, true).await;
+    eventually_published(&env.pool).await;
+    gone.stop();
+
+    // One commit, so that one batch claims every aggregate's head.
+    let writer = OutboxWriter::new("test");
+    let mut tx = env.pool.begin().await.unwrap();
+    for n in 1..=EVENTS {
+        for agg in 0..AGGREGATES {
+            let payload = serde_json::json!({ "account": format!("acc-{agg}"), "n": n });
+            let event = NewEvent::new("account", format!("acc-{agg}"), "AccountCredited", payload).unwrap();
+            writer.write(&mut tx, event).await.unwrap();
+        }
+    }
+    tx.commit().await.unwrap();
+    let pool = env.pool.clone();
+    eventually("the first relay to claim every head", WAIT, || {
+        let pool = pool.clone();
+        async move { (claimed_rows(&pool).await == AGGREGATES).then_some(()) }
+    })
+    .await;
+
+    // The second relay publishes around the claims ...
+    let second = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
+    let second = Running::spawn(|t| second.run(t));
+    let marker = credit(&env.pool, "acc-free", 1, true).await;
+    let pool = env.pool.clone();
+    eventually("the second relay to publish an unclaimed aggregate", WAIT, || {
+        let pool = pool.clone();
+        async move {
+            let published: Option<bool> =
+                sqlx::query_scalar("SELECT published_at IS NOT NULL FROM outbox WHERE id = $1")
+                    .bind(marker)
+                    .fetch_optional(&pool)
+                    .await
+                    .unwrap();
+            published.unwrap_or(false).then_some(())
+        }
+    })
+    .await;
+    let held = count(&env.pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await;
+    assert_eq!(held, AGGREGATES * EVENTS, "the claimed aggregates wait for the first relay");
+    assert_eq!(claimed_rows(&env.pool).await, AGGREGATES, "still claimed");
+
+    // ... and, once the first one stopped, publishes what it had claimed.
+    first.stop().await;
+    eventually_published(&env.pool).await;
+    let topic = topic_name(&env.kafka, "account");
+    let messages = read_topic(&env.kafka, &topic, WAIT, |m| {
+        distinct_ids(m.iter().filter(|m| m.key() != Some(b"acc-free".as_slice()))) as i64
+            == AGGREGATES * EVENTS
+    })
+    .await;
+    let backlog: Vec<&OwnedMessage> = messages
+        .iter()
+        .filter(|m| m.key().is_some_and(|k| k.starts_with(b"acc-") && k != b"acc-free"))
+        .collect();
+    assert_eq!(backlog.len() as i64, AGGREGATES * EVENTS, "each event once");
+    let per_aggregate = assert_per_aggregate_order(&messages);
+    for agg in 0..AGGREGATES {
+        assert_eq!(per_aggregate[&format!("acc-{agg}")], (1..=EVENTS).collect::<Vec<_>>(), "acc-{agg}");
+    }
+    second.stop().await;
+}
+
+/// A consumer group rebalances twice while a stream of events is being
+/// handled: a second member joins, then the first leaves. The first member
+/// commits no offset until it leaves, so every partition it hands over is
+/// read again from the start by the second: the inbox turns those
+/// redeliveries (and the messages both members had in hand at once) into
+/// no-ops. Every event has exactly one effect, in its aggregate's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebalance_mid_stream_loses_no_event_and_doubles_none() {
+    const AGGREGATES: i64 = 12;
+    const GROUP: &str = "g-rebalance";
+    let _ = sagaworks_runtime::metrics::handle();
+    let env = env("handover_rebalance").await;
+    let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
+    let relay = Running::spawn(|t| relay.run(t));
+    let settings = consumer_settings(GROUP, &["account"]);
+    let partitions = settings.topic_settings.partitions as i64;
+    let first_handler = Recorder::default();
+    let first_handled = first_handler.attempts.clone();
+    let first_settings = ConsumerSettings { commit_interval_ms: 3_600_000, ..settings.clone() };
+    let first = Consumer::new(env.pool.clone(), &env.kafka, first_settings, first_handler).unwrap();
+    let first = Running::spawn(|t| first.run(t));
+
+    // At most four rounds ahead of the handling: events are in flight all along.
+    let stream = Stream::start(env.pool.clone(), AGGREGATES, |pool, next| {
+        Box::pin(async move { count(&pool, "SELECT count(*) FROM effects").await >= (next - 5) * AGGREGATES })
+    });
+    let pool = env.pool.clone();
+    eventually("the first member to handle events of every partition", WAIT, || {
+        let pool = pool.clone();
+        async move {
+            let handled = count(
+                &pool,
+                "SELECT count(DISTINCT kafka_partition) FROM inbox WHERE consumer_group = 'g-rebalance'",
+            )
+            .await;
+            (handled == partitions).then_some(())
+        }
+    })
+    .await;
+
+    // A second member joins ...
+    let second_handler = Recorder::default();
+    let second_handled = second_handler.attempts.clone();
+    let second = Consumer::new(env.pool.clone(), &env.kafka, settings, second_handler).unwrap();
+    let second = Running::spawn(|t| second.run(t));
+    eventually("the second member to get partitions", WAIT, || {
+        let handled = !second_handled.lock().unwrap().is_empty();
+        async move { handled.then_some(()) }
+    })
+    .await;
+    // ... then the first one leaves, and the second takes over every partition.
+    first.stop().await;
+    let left_at = stream.rounds();
+    let pool = env.pool.clone();
+    eventually("the second member to handle every aggregate alone", WAIT, || {
+        let pool = pool.clone();
+        async move {
+            let caught_up: i64 =
+                sqlx::query_scalar("SELECT count(DISTINCT aggregate_id) FROM effects WHERE n > $1")
+                    .bind(left_at)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            (caught_up == AGGREGATES).then_some(())
+        }
+    })
+    .await;
+    let rounds = stream.stop().await;
+
+    // Everything published, handled and committed: nothing more is on its way.
+    let events = rounds * AGGREGATES;
+    eventually_published(&env.pool).await;
+    let topic = topic_name(&env.kafka, "account");
+    let messages =
+        read_topic(&env.kafka, &topic, WAIT, move |m| distinct_ids(m.iter()) as i64 == events).await;
+    let end = offsets_after(&messages, 0..partitions as i32);
+    let (kafka, expected) = (env.kafka.clone(), end.clone());
+    eventually("the group to commit past every event", WAIT, || {
+        let (kafka, topic, expected) = (kafka.clone(), topic.clone(), expected.clone());
+        async move {
+            let committed = committed(&kafka, GROUP, &topic).await;
+            expected.iter().all(|(p, end)| committed.get(p).is_some_and(|c| c >= end)).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(count(&env.pool, "SELECT count(*) FROM effects").await, events, "one effect per event");
+    assert_eq!(count(&env.pool, "SELECT count(DISTINCT event_id) FROM effects").await, events);
+    let per_aggregate = effects_per_aggregate(&env.pool).await;
+    assert_eq!(per_aggregate.len() as i64, AGGREGATES);
+    for (agg, ns) in &per_aggregate {
+        assert_eq!(ns, &(1..=rounds).collect::<Vec<_>>(), "handled once each, in order: {agg}");
+    }
+    assert!(!first_handled.lock().unwrap().is_empty() && !second_handled.lock().unwrap().is_empty());
+    let duplicates = processed(GROUP, "duplicate");
+    assert!(duplicates > 0.0, "the handed-over partitions were delivered again");
+    relay.stop().await;
+    second.stop().await;
+}
+
+/// The retention purge runs over and over (retention 0: every published row
+/// is old at once) while the relay publishes a steady stream; each round of
+/// the stream waits until the rounds before the previous one were purged.
+/// Every event arrives once and in order, only published rows are ever
+/// deleted (an old, unpublished aggregate, held back meanwhile, stays whole
+/// and is published afterwards), and old published rows are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_purge_running_under_the_relay_deletes_only_published_rows() {
+    const AGGREGATES: i64 = 4;
+    const ROUNDS: i64 = 30;
+    let env = env("handover_purge").await;
+    // Every deleted row, as it was when deleted.
+    sqlx::raw_sql(
+        "CREATE TABLE purged (seq BIGINT, aggregate_id TEXT,
+                               published_at TIMESTAMPTZ, deleted_at TIMESTAMPTZ);
+         CREATE FUNCTION record_purge() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+             INSERT INTO purged SELECT seq, aggregate_id, published_at, clock_timestamp() FROM gone;
+             RETURN NULL; END $$;
+         CREATE TRIGGER record_purge AFTER DELETE ON outbox REFERENCING OLD TABLE AS gone
+             FOR EACH STATEMENT EXECUTE FUNCTION record_purge();",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    // Published two days ago.
+    for n in 1..=5 {
+        credit(&env.pool, "acc-old", n, true).await;
+    }
+    sqlx::query("UPDATE outbox SET published_at = now() - interval '48 hours'")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    // Written three days ago and never published; held back (its head locked) while the stream runs.
+    for n in 1..=3 {
+        credit(&env.pool, "acc-held", n, true).await;
+    }
+    sqlx::query("UPDATE outbox SET created_at = now() - interval '72 hours' WHERE aggregate_id = 'acc-held'")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let mut hold = env.pool.begin().await.unwrap();
+    sqlx::query("SELECT seq FROM outbox WHERE aggregate_id = 'acc-held' ORDER BY seq LIMIT 1 FOR UPDATE")
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+
+    let purging = CancellationToken::new();
+    let purger = tokio::spawn({
+        let (pool, purging) = (env.pool.clone(), purging.clone());
+        async move {
+            while !purging.is_cancelled() {
+                sagaworks_outbox::relay::purge(&pool, 0).await.unwrap();
+                // Load pacing only (the purge runs back to back otherwise).
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
+    let relay = Running::spawn(|t| relay.run(t));
+    let stream = Stream::start(env.pool.clone(), AGGREGATES, |pool, next| {
+        Box::pin(async move {
+            let left: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'acc-s%'
+                   AND (convert_from(payload, 'UTF8')::jsonb->>'n')::bigint <= $1",
+            )
+            .bind(next - 2)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            left == 0 && next <= ROUNDS
+        })
+    });
+    let pool = env.pool.clone();
+    eventually("the whole stream to be published and purged", WAIT, || {
+        let (pool, written) = (pool.clone(), stream.rounds());
+        async move {
+            let left = count(&pool, "SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'acc-s%'").await;
+            (written == ROUNDS && left == 0).then_some(())
+        }
+    })
+    .await;
+    stream.stop().await;
+
+    let held: Vec<(i64, bool)> = sqlx::query_as(
+        "SELECT (convert_from(payload, 'UTF8')::jsonb->>'n')::bigint, published_at IS NULL
+         FROM outbox WHERE aggregate_id = 'acc-held' ORDER BY seq",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(held, [(1, true), (2, true), (3, true)], "the unpublished aggregate is whole");
+    hold.rollback().await.unwrap();
+    eventually_published(&env.pool).await;
+    let pool = env.pool.clone();
+    eventually("the purge to leave an empty outbox", WAIT, || {
+        let pool = pool.clone();
+        async move { (count(&pool, "SELECT count(*) FROM outbox").await == 0).then_some(()) }
+    })
+    .await;
+    purging.cancel();
+    purger.await.unwrap();
+    relay.stop().await;
+
+    let never_published = count(&env.pool, "SELECT count(*) FROM purged WHERE published_at IS NULL").await;
+    assert_eq!(never_published, 0, "only published rows are purged");
+    assert_eq!(count(&env.pool, "SELECT count(*) FROM purged WHERE aggregate_id = 'acc-old'").await, 5);
+    let stream_events = ROUNDS * AGGREGATES;
+    let purged = count(&env.pool, "SELECT count(DISTINCT seq) FROM purged").await;
+    assert_eq!(purged, stream_events + 3 + 5, "the stream, the held and the old rows, all purged");
+    assert_eq!(count(&env.pool, "SELECT count(*) FROM purged").await, purged, "each once");
+    let topic = topic_name(&env.kafka, "account");
+    let messages = read_topic(&env.kafka, &topic, WAIT, move |m| {
+        distinct_ids(m.iter().filter(|m| m.key() != Some(b"acc-old".as_slice()))) as i64 == stream_events + 3
+    })
+    .await;
+    let stream: Vec<&OwnedMessage> =
+        messages.iter().filter(|m| m.key().is_some_and(|k| k.starts_with(b"acc-s"))).collect();
+    assert_eq!(stream.len() as i64, stream_events, "each event once");
+    let per_aggregate = assert_per_aggregate_order(&messages);
+    for agg in 0..AGGREGATES {
+        assert_eq!(per_aggregate[&format!("acc-s{agg}")], (1..=ROUNDS).collect::<Vec<_>>(), "acc-s{agg}");
+    }
+    assert_eq!(per_aggregate["acc-held"], [1, 2, 3]);
+}
+
+/// Unpublished rows locked by a relay's claim (a row lock leaves the locker
+/// in the row's `xmax`; reading it takes no lock, so it claims nothing).
+async fn claimed_rows(pool: &PgPool) -> i64 {
+    count(pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL AND xmax::text <> '0'").await
+}
+
+async fn eventually_published(pool: &PgPool) {
+    let pool = pool.clone();
+    eventually("every outbox row to be published", WAIT, || {
+        let pool = pool.clone();
+        async move {
+            (count(&pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await == 0).then_some(())
+        }
+    })
+    .await;
+}
+
+fn distinct_ids<'a>(messages: impl Iterator<Item = &'a OwnedMessage>) -> usize {
+    messages.filter_map(|m| header(m, "ce_id")).collect::<BTreeSet<_>>().len()
+}
+
+/// Per aggregate, the `n`s of its effects in the order they were written.
+async fn effects_per_aggregate(pool: &PgPool) -> HashMap<String, Vec<i64>> {
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT aggregate_id, n FROM effects ORDER BY k").fetch_all(pool).await.unwrap();
+    let mut per: HashMap<String, Vec<i64>> = HashMap::new();
+    for (agg, n) in rows {
+        per.entry(agg).or_default().push(n);
+    }
+    per
+}
+
+/// `consumer_processed_total` of `group` with `outcome`, over its topics.
+fn processed(group: &str, outcome: &str) -> f64 {
+    sagaworks_runtime::metrics::render()
+        .lines()
+        .filter(|l| l.starts_with("consumer_processed_total{"))
+        .filter(|l| {
+            l.contains(&format!("group=\"{group}\"")) && l.contains(&format!("outcome=\"{outcome}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Decides whether round `next` may be written.
+type Ready = fn(PgPool, i64) -> BoxFuture<'static, bool>;
+
+/// A writer of rounds: round `n` is one `credit` of `n` per aggregate (with
+/// the stream's aggregate names), written once `ready` says so; it stops
+/// when told to.
+struct Stream {
+    stop: CancellationToken,
+    rounds: Arc<AtomicI64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Stream {
+    fn start(pool: PgPool, aggregates: i64, ready: Ready) -> Self {
+        let (stop, rounds) = (CancellationToken::new(), Arc::new(AtomicI64::new(0)));
+        let task = tokio::spawn({
+            let (stop, rounds) = (stop.clone(), rounds.clone());
+            async move {
+                let mut n = 0;
+                while !stop.is_cancelled() {
+                    if !ready(pool.clone(), n + 1).await {
+                        // Polls the condition: what it waits for is in the database.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                    n += 1;
+                    for agg in 0..aggregates {
+                        credit(&pool, &format!("acc-s{agg}"), n, true).await;
+                    }
+                    rounds.store(n, Ordering::SeqCst);
+                }
+            }
+        });
+        Self { stop, rounds, task }
+    }
+
+    /// Rounds written completely so far.
+    fn rounds(&self) -> i64 {
+        self.rounds.load(Ordering::SeqCst)
+    }
+
+    /// Stops after the round in hand; returns the rounds written.
+    async fn stop(self) -> i64 {
+        self.stop.cancel();
+        self.task.await.unwrap();
+        self.rounds.load(Ordering::SeqCst)
+    }
+}
