@@ -5,14 +5,12 @@
 //!   `[fault] enabled = true`.
 //! * [`set_fault`] / [`clear_fault`]: `PUT` / `DELETE /fault` on a service's HTTP port.
 //! * [`metrics`] and [`sample`]: read a service's `/metrics`.
-//! * [`step_duration`]: how long a saga step took, from its recorded start and end.
 
 use crate::{Running, Stack, local};
 use reqwest::StatusCode;
 use sagaworks_config::KafkaSettings;
 use sagaworks_test_support::TestDatabase;
 use serde_json::Value;
-use std::time::Duration;
 
 /// Kills the stack's inventory and starts it again on the same gRPC port and database,
 /// with fault injection enabled.
@@ -78,22 +76,4 @@ pub fn sample(text: &str, series: &str) -> Option<f64> {
 /// The saga step named `name` of an order (as the gateway returns it).
 pub fn step<'a>(order: &'a Value, name: &str) -> Option<&'a Value> {
     order["saga"]["steps"].as_array()?.iter().find(|s| s["name"] == name)
-}
-
-/// How long step `name` of the saga of `order_id` took, as the order service recorded
-/// it: from the start of the transaction that began the step to the start of the one that
-/// committed its result, i.e. the call to the participant plus a database round trip.
-pub async fn step_duration(order_db: &sqlx::PgPool, order_id: &str, name: &str) -> Duration {
-    let order_id: uuid::Uuid = order_id.parse().expect("order id is a uuid");
-    let micros: i64 = sqlx::query_scalar(
-        "SELECT (extract(epoch FROM st.finished_at - st.started_at) * 1000000)::bigint
-         FROM saga_instance_steps st JOIN saga_instances s ON s.id = st.saga_id
-         WHERE s.key = $1::text AND st.name = $2 AND st.finished_at IS NOT NULL",
-    )
-    .bind(order_id)
-    .bind(name)
-    .fetch_one(order_db)
-    .await
-    .expect("the step finished");
-    Duration::from_micros(micros.max(0) as u64)
 }

@@ -348,37 +348,51 @@ async fn batches_handle_waiting_messages_in_one_transaction_and_fall_back_one_by
     consumer.stop().await;
 }
 
-/// With `batch_wait_ms`, a worker that has a message waits that long for
-/// more: events that trickle in (one every 30 ms) are handled in a few
-/// transactions instead of one or a few each, still once each and in order.
+/// With `batch_wait_ms`, a worker that has a message waits for more (up to
+/// `batch_size`, for at most that long): events that trickle in one at a time
+/// are handled in one transaction instead of one each, still once each and in
+/// order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_waits_batch_wait_ms_for_more_messages_to_batch() {
+    const TRICKLE: i64 = 30;
+    let _ = sagaworks_runtime::metrics::handle();
     let env = env("consumer_batch_wait").await;
+    // The wait (an hour) cannot run out within the test: the batch closes when it is
+    // full, with the first event and the trickle.
     let settings = ConsumerSettings {
-        batch_size: 64,
-        batch_wait_ms: 1_000,
+        batch_size: TRICKLE as usize + 1,
+        batch_wait_ms: 3_600_000,
         concurrency: 1,
         ..consumer_settings("g-wait", &["account"])
     };
     let (relay, consumer) = start(&env, relay_settings(), settings, Recorder::default());
-    // In its group once it handled a first event.
+    // The consumer has consumed a first event once it reports a lag for its
+    // partition (it reports positions only past a consumed message): from then on
+    // its worker holds that event and waits for more.
     credit(&env.pool, "acc-w", 0, true).await;
-    wait_for_effects(&env, 1).await;
-    for n in 1..=30 {
+    sagaworks_test_support::eventually("the first event consumed", WAIT, || async {
+        let text = sagaworks_runtime::metrics::render();
+        text.lines().any(|l| l.starts_with("consumer_lag{") && l.contains("group=\"g-wait\"")).then_some(())
+    })
+    .await;
+    // The trickle: each event is written once the one before is on Kafka.
+    for n in 1..=TRICKLE {
         credit(&env.pool, "acc-w", n, true).await;
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        sagaworks_test_support::eventually("the event on Kafka", WAIT, || async {
+            (count(&env.pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await == 0)
+                .then_some(())
+        })
+        .await;
     }
-    wait_for_effects(&env, 31).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let ns: Vec<i64> = sqlx::query_scalar("SELECT n FROM effects WHERE n > 0 ORDER BY k")
-        .fetch_all(&env.pool)
-        .await
-        .unwrap();
-    assert_eq!(ns, (1..=30).collect::<Vec<_>>(), "once each, in order");
-    let transactions = count(&env.pool, "SELECT count(DISTINCT xmin::text) FROM effects WHERE n > 0").await;
-    assert!(transactions <= 4, "30 events over about a second in {transactions} transactions");
+    wait_for_effects(&env, TRICKLE + 1).await;
     relay.stop().await;
     consumer.stop().await;
+    // Stopped: nothing more can be handled, the counts are final.
+    let ns: Vec<i64> =
+        sqlx::query_scalar("SELECT n FROM effects ORDER BY k").fetch_all(&env.pool).await.unwrap();
+    assert_eq!(ns, (0..=TRICKLE).collect::<Vec<_>>(), "once each, in order");
+    let transactions = count(&env.pool, "SELECT count(DISTINCT xmin::text) FROM effects").await;
+    assert_eq!(transactions, 1, "the worker waited for the whole trickle");
 }
 
 /// The inbox forgets a group's events after the group's retention: the

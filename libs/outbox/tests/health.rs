@@ -3,6 +3,7 @@
 use sagaworks_outbox::BrokerCheck;
 use sagaworks_runtime::health::Readiness;
 use sagaworks_test_support::Broker;
+use std::time::Duration;
 
 #[tokio::test]
 async fn broker_check_passes_while_the_broker_runs_and_fails_when_it_is_down() {
@@ -13,9 +14,12 @@ async fn broker_check_passes_while_the_broker_runs_and_fails_when_it_is_down() {
     assert_eq!(e.checks["kafka"], "ok");
 
     broker.stop();
-    let started = std::time::Instant::now();
-    let e = ready.evaluate().await;
+    // The contract: with the broker gone the check gives up (its metadata request times
+    // out after a second) and reports not ready, instead of hanging the readiness probe.
+    // The bound is no measurement, only far enough off to turn a hang into a failure.
+    let e = tokio::time::timeout(Duration::from_secs(30), ready.evaluate())
+        .await
+        .expect("the check gives up instead of hanging");
     assert!(!e.ready, "{e:?}");
     assert!(e.checks["kafka"]["error"].is_string(), "{e:?}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(3), "the check gives up after about a second");
 }

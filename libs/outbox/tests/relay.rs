@@ -14,10 +14,21 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Relay settings whose polling fallback (60 s) never fires within a test: an
-/// event published promptly was published because a NOTIFY woke the relay.
+/// Relay settings whose polling fallback (an hour) cannot fire within a test: an
+/// event that a parked relay publishes at all (within a test's deadline, which
+/// only turns a hang into a failure) was published because the wake-up
+/// protocol (a writer's NOTIFY, see `sagaworks_outbox::wake`) woke the relay.
 fn no_polling() -> sagaworks_outbox::RelaySettings {
-    sagaworks_outbox::RelaySettings { poll_interval_ms: 60_000, ..relay_settings() }
+    sagaworks_outbox::RelaySettings { poll_interval_ms: 3_600_000, ..relay_settings() }
+}
+
+/// `outbox_publish_errors_total` of relays labelled `service`.
+fn publish_errors(service: &str) -> f64 {
+    let series = format!("outbox_publish_errors_total{{service=\"{service}\"}} ");
+    sagaworks_runtime::metrics::render()
+        .lines()
+        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,8 +75,10 @@ async fn committed_event_is_published_with_key_headers_and_payload_and_rolled_ba
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_written_while_the_broker_is_down_arrive_in_order_once_it_is_back() {
+    let _ = sagaworks_runtime::metrics::handle();
     let mut env = env("relay_outage").await;
-    let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
+    let settings = sagaworks_outbox::RelaySettings { service: "relay-outage".into(), ..relay_settings() };
+    let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
     let running = Running::spawn(|t| relay.run(t));
     // The relay is up and has published once before the outage.
     credit(&env.pool, "warmup", 0, true).await;
@@ -76,8 +89,12 @@ async fn events_written_while_the_broker_is_down_arrive_in_order_once_it_is_back
     for n in 1..=20 {
         credit(&env.pool, &format!("acc-{}", n % 4), n, true).await;
     }
-    // Long enough for sends to fail and the relay to back off.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The relay has tried to send them (the warm-up is out, so a failed send is
+    // one of these) and failed: nothing may be marked published.
+    sagaworks_test_support::eventually("a failed send", WAIT, || async {
+        (publish_errors("relay-outage") > 0.0).then_some(())
+    })
+    .await;
     let backlog = count(&env.pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await;
     assert_eq!(backlog, 20, "nothing is marked published while the broker is down");
 
@@ -295,10 +312,10 @@ async fn eventually_empty_backlog(env: &Env) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_event_is_written_by_its_business_statement_only_when_that_writes() {
     let env = env("relay_pending").await;
-    let settings = no_polling();
-    let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+    let relay = Relay::new(relay_pool(&env, "relay").await, &env.kafka, no_polling()).unwrap();
     let running = Running::spawn(|t| relay.run(t));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Asleep: from now on only a writer's NOTIFY wakes it (see `no_polling`).
+    eventually_asleep(&env, &["relay"]).await;
     sqlx::query("INSERT INTO accounts (id, balance) VALUES ('acc-1', 10)").execute(&env.pool).await.unwrap();
 
     // One statement, outside any transaction: debit when the balance suffices,
@@ -310,7 +327,6 @@ async fn a_pending_event_is_written_by_its_business_statement_only_when_that_wri
         PendingEvent::cte("event", 3, Some("debit")),
     );
     let writer = OutboxWriter::new("test");
-    let started = std::time::Instant::now();
     let mut written = vec![];
     for n in [7, 7] {
         let event =
@@ -327,14 +343,11 @@ async fn a_pending_event_is_written_by_its_business_statement_only_when_that_wri
 
     let topic = topic_name(&env.kafka, "account");
     let wanted = first.clone();
+    // Published at all: woken by the statement's NOTIFY (the poll cannot fire).
     let msgs = read_topic(&env.kafka, &topic, WAIT, move |m| {
         m.iter().any(|m| header(m, "ce_id") == Some(wanted.as_str()))
     })
     .await;
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "woken by the statement's NOTIFY, not the 60 s poll"
-    );
     let m = msgs.iter().find(|m| header(m, "ce_id") == Some(first.as_str())).unwrap();
     assert_eq!(m.key(), Some(b"acc-1".as_slice()));
     assert_eq!(header(m, "ce_type"), Some("AccountDebited"));
@@ -350,9 +363,10 @@ async fn a_pending_event_is_written_by_its_business_statement_only_when_that_wri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_events_are_written_by_one_statement_in_the_order_given() {
     let env = env("relay_pending_many").await;
-    let relay = Relay::new(env.pool.clone(), &env.kafka, no_polling()).unwrap();
+    let relay = Relay::new(relay_pool(&env, "relay").await, &env.kafka, no_polling()).unwrap();
     let running = Running::spawn(|t| relay.run(t));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Asleep: from now on only a writer's NOTIFY wakes it (see `no_polling`).
+    eventually_asleep(&env, &["relay"]).await;
     let writer = OutboxWriter::new("test");
     let mut events = PendingEvents::new();
     let mut ids = vec![];
@@ -369,7 +383,6 @@ async fn pending_events_are_written_by_one_statement_in_the_order_given() {
          SELECT count(*) FROM credit",
         PendingEvents::cte("events", 1),
     );
-    let started = std::time::Instant::now();
     let credited: i64 = events.bind(sqlx::query_scalar(&sql)).fetch_one(&env.pool).await.unwrap();
     assert_eq!(credited, 2);
     let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as("SELECT id, aggregate_id FROM outbox ORDER BY seq")
@@ -381,8 +394,8 @@ async fn pending_events_are_written_by_one_statement_in_the_order_given() {
     assert_eq!(rows, expected, "one row per event, in the order given");
 
     let topic = topic_name(&env.kafka, "account");
+    // Published at all: woken by the statement's NOTIFY (the poll cannot fire).
     let msgs = read_topic(&env.kafka, &topic, WAIT, |m| m.len() >= 3).await;
-    assert!(started.elapsed() < Duration::from_secs(10), "woken by the statement's NOTIFY");
     let of_acc_1: Vec<serde_json::Value> =
         msgs.iter().filter(|m| m.key() == Some(b"acc-1".as_slice())).map(payload_json).collect();
     assert_eq!(of_acc_1, [serde_json::json!({ "n": 1 }), serde_json::json!({ "n": 3 })]);
@@ -396,15 +409,13 @@ async fn pending_events_are_written_by_one_statement_in_the_order_given() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notify_wakes_the_relay_long_before_the_polling_fallback() {
     let env = env("relay_notify").await;
-    let settings = no_polling();
-    let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+    let relay = Relay::new(relay_pool(&env, "relay").await, &env.kafka, no_polling()).unwrap();
     let running = Running::spawn(|t| relay.run(t));
-    // Let the relay finish its first (empty) batch and start waiting.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let started = std::time::Instant::now();
+    // Asleep after its first (empty) batches: from now on only a NOTIFY wakes it.
+    eventually_asleep(&env, &["relay"]).await;
     credit(&env.pool, "acc-1", 1, true).await;
+    // Published at all: woken by NOTIFY (the hour-long poll cannot fire).
     eventually_empty_backlog(&env).await;
-    assert!(started.elapsed() < Duration::from_secs(10), "woken by NOTIFY, not the 60 s poll");
     running.stop().await;
 
     let disabled = sagaworks_outbox::RelaySettings { enabled: false, ..relay_settings() };
@@ -429,9 +440,15 @@ async fn commits_within_the_batch_interval_share_a_batch() {
     for (interval, fewest, most) in [(1_000, 1, 3), (0, 8, 10)] {
         sqlx::query("TRUNCATE outbox").execute(&env.pool).await.unwrap();
         let settings = sagaworks_outbox::RelaySettings { min_batch_interval_ms: interval, ..no_polling() };
-        let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+        let name = format!("relay-{interval}");
+        let relay = Relay::new(relay_pool(&env, &name).await, &env.kafka, settings).unwrap();
         let running = Running::spawn(|t| relay.run(t));
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // A fresh producer's first send waits for its connection to the broker: one
+        // event first, so that the batches below are paced by the interval, not by that.
+        credit(&env.pool, "warm-up", 0, true).await;
+        eventually_empty_backlog(&env).await;
+        sqlx::query("DELETE FROM outbox").execute(&env.pool).await.unwrap();
+        eventually_asleep(&env, &[&name]).await;
         // Ten commits, 50 ms apart: well inside one 1 s interval, well apart for a relay without one.
         for n in 1..=10 {
             credit(&env.pool, &format!("acc-{n}"), n, true).await;
@@ -474,8 +491,13 @@ async fn a_permanently_failing_event_blocks_only_its_own_aggregate() {
     })
     .await;
     assert!(msgs.iter().all(|m| m.key() == Some(b"acc-ok".as_slice())), "nothing of acc-big is published");
-    // Still stuck a while later, and in order: the small event 2 waits behind 1.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Still stuck after the relay tried again (a failure counted from now on), and in
+    // order: the small event 2 waits behind 1.
+    let seen = publish_errors("test");
+    sagaworks_test_support::eventually("another failed attempt", WAIT, || async {
+        (publish_errors("test") > seen).then_some(())
+    })
+    .await;
     let stuck: Vec<String> = sqlx::query_scalar(
         "SELECT convert_from(payload, 'UTF8')::jsonb->>'n' FROM outbox WHERE published_at IS NULL ORDER BY seq",
     )
@@ -483,13 +505,8 @@ async fn a_permanently_failing_event_blocks_only_its_own_aggregate() {
     .await
     .unwrap();
     assert_eq!(stuck, vec!["1", "2"]);
-    let text = sagaworks_runtime::metrics::render();
-    let errors: f64 = text
-        .lines()
-        .find(|l| l.starts_with("outbox_publish_errors_total{service=\"test\"}"))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0);
-    assert!(errors >= 2.0, "failures are counted: {text}");
+    let errors = publish_errors("test");
+    assert!(errors >= 2.0, "failures are counted: {errors}");
     running.stop().await;
 }
 
@@ -500,6 +517,81 @@ async fn parked_relays(pool: &sqlx::PgPool) -> i64 {
          WHERE d.datname = current_database() AND l.locktype = 'advisory'
            AND l.classid = ($1 >> 32)::oid AND l.objid = ($1 & 4294967295)::oid AND l.objsubid = 1
            AND l.mode = 'ExclusiveLock' AND l.granted",
+    )
+    .bind(WAKE_LOCK)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// A pool for one relay: its connections, the LISTEN one included, show as
+/// `name` in `pg_stat_activity` (see [`eventually_asleep`]).
+async fn relay_pool(env: &Env, name: &str) -> sqlx::PgPool {
+    let options: sqlx::postgres::PgConnectOptions = env.db.url.parse().unwrap();
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect_with(options.application_name(name))
+        .await
+        .unwrap()
+}
+
+/// Whether the relay on [`relay_pool`] `name` sleeps, so that only a NOTIFY (or
+/// its polling fallback) can start its next batch: none of its connections is
+/// busy, and its LISTEN connection either holds [`WAKE_LOCK`] and the batch
+/// that follows parking has run since (a statement on another connection
+/// started after the park), or found another relay parked (the check for one is
+/// its last statement) after the relay's last batch.
+async fn asleep(pool: &sqlx::PgPool, name: &str) -> bool {
+    sqlx::query_scalar(
+        "WITH r AS (
+             SELECT a.pid, a.state, a.query, a.query_start,
+                    EXISTS (SELECT 1 FROM pg_locks l
+                            WHERE l.pid = a.pid AND l.locktype = 'advisory'
+                              AND l.classid = ($2 >> 32)::oid AND l.objid = ($2 & 4294967295)::oid
+                              AND l.objsubid = 1 AND l.mode = 'ExclusiveLock' AND l.granted) AS parked
+             FROM pg_stat_activity a
+             WHERE a.datname = current_database() AND a.application_name = $1
+         )
+         SELECT NOT EXISTS (SELECT 1 FROM r WHERE state <> 'idle')
+            AND EXISTS (
+                SELECT 1 FROM r l WHERE
+                    (l.parked AND l.query LIKE '%pg_advisory_lock(%'
+                     AND EXISTS (SELECT 1 FROM r b WHERE b.pid <> l.pid AND b.query_start > l.query_start))
+                 OR (NOT l.parked AND l.query LIKE '%SELECT EXISTS%pg_locks%'
+                     AND NOT EXISTS (SELECT 1 FROM r b WHERE b.pid <> l.pid AND b.query_start > l.query_start)))",
+    )
+    .bind(name)
+    .bind(WAKE_LOCK)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Waits until every relay named in `names` sleeps (see [`asleep`]).
+async fn eventually_asleep(env: &Env, names: &[&str]) {
+    let pool = env.pool.clone();
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    sagaworks_test_support::eventually(&format!("{names:?} asleep"), WAIT, || {
+        let (pool, names) = (pool.clone(), names.clone());
+        async move {
+            for name in &names {
+                if !asleep(&pool, name).await {
+                    return None;
+                }
+            }
+            Some(())
+        }
+    })
+    .await;
+}
+
+/// Requests for [`WAKE_LOCK`] in exclusive mode that wait: relays trying to park.
+async fn waiting_to_park(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+         WHERE d.datname = current_database() AND l.locktype = 'advisory'
+           AND l.classid = ($1 >> 32)::oid AND l.objid = ($1 & 4294967295)::oid AND l.objsubid = 1
+           AND l.mode = 'ExclusiveLock' AND NOT l.granted",
     )
     .bind(WAKE_LOCK)
     .fetch_one(pool)
@@ -554,25 +646,25 @@ async fn writers_notify_only_while_a_relay_is_parked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_relay_parks_is_woken_and_releases_the_lock_when_it_stops() {
     let env = env("relay_wake_park").await;
-    let settings = no_polling();
-    let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+    let pool = relay_pool(&env, "relay").await;
+    let relay = Relay::new(pool.clone(), &env.kafka, no_polling()).unwrap();
     let running = Running::spawn(|t| relay.run(t));
     eventually_parked(&env.pool, 1).await;
 
     for n in 1..=3 {
-        let started = std::time::Instant::now();
+        // Busy for a moment after each event, then parked and asleep again.
+        eventually_asleep(&env, &["relay"]).await;
         credit(&env.pool, "acc-1", n, true).await;
+        // Published at all: woken by NOTIFY (the hour-long poll cannot fire).
         eventually_empty_backlog(&env).await;
-        assert!(started.elapsed() < Duration::from_secs(10), "event {n}: woken by NOTIFY, not the 60 s poll");
-        // Busy for a moment, then parked again.
-        eventually_parked(&env.pool, 1).await;
     }
+    eventually_parked(&env.pool, 1).await;
     running.stop().await;
     assert_eq!(parked_relays(&env.pool).await, 0, "a stopped relay holds no lock");
     // Nor did it leave its lock timeout on the connection it gave back.
     let mut conns = Vec::new();
-    for _ in 0..env.pool.options().get_max_connections() {
-        let mut c = env.pool.acquire().await.unwrap();
+    for _ in 0..pool.options().get_max_connections() {
+        let mut c = pool.acquire().await.unwrap();
         let timeout: String = sqlx::query_scalar("SHOW lock_timeout").fetch_one(&mut *c).await.unwrap();
         assert_eq!(timeout, "0", "a pooled connection keeps no lock_timeout");
         conns.push(c);
@@ -582,7 +674,7 @@ async fn an_idle_relay_parks_is_woken_and_releases_the_lock_when_it_stops() {
 /// A writer that wrote its event but has not committed holds the lock in
 /// shared mode and will not NOTIFY: the relay must not go to sleep on it.
 /// It cannot park while the writer is open, keeps batching, and publishes
-/// the event right after the commit, not at its 60 s polling fallback.
+/// the event right after the commit, not at its polling fallback.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_does_not_sleep_through_a_writer_in_flight() {
     let env = env("relay_wake_fence").await;
@@ -594,13 +686,20 @@ async fn a_relay_does_not_sleep_through_a_writer_in_flight() {
     let settings = no_polling();
     let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
     let running = Running::spawn(|t| relay.run(t));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The relay found nothing to publish and tries to park: its exclusive request
+    // waits behind the writer's shared lock.
+    let pool = env.pool.clone();
+    sagaworks_test_support::eventually("the relay to try to park", WAIT, || {
+        let pool = pool.clone();
+        async move { (waiting_to_park(&pool).await > 0).then_some(()) }
+    })
+    .await;
     assert_eq!(parked_relays(&env.pool).await, 0, "no relay parks while a writer holds the lock");
 
-    let started = std::time::Instant::now();
+    // This commit sends no NOTIFY (the writer got the shared lock, so no relay was
+    // parked) and the poll cannot fire: published at all = the relay kept batching.
     tx.commit().await.unwrap();
     eventually_empty_backlog(&env).await;
-    assert!(started.elapsed() < Duration::from_secs(10), "published at once, not at the 60 s poll");
     eventually_parked(&env.pool, 1).await;
     running.stop().await;
 }
@@ -611,30 +710,35 @@ async fn a_relay_does_not_sleep_through_a_writer_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_idle_relays_one_parks_and_a_commit_wakes_them() {
     let env = env("relay_wake_two").await;
-    let settings = no_polling();
-    let a = Relay::new(env.pool.clone(), &env.kafka, settings.clone()).unwrap();
-    let b = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+    let a = Relay::new(relay_pool(&env, "relay-a").await, &env.kafka, no_polling()).unwrap();
+    let b = Relay::new(relay_pool(&env, "relay-b").await, &env.kafka, no_polling()).unwrap();
     let (a, b) = (Running::spawn(|t| a.run(t)), Running::spawn(|t| b.run(t)));
     eventually_parked(&env.pool, 1).await;
     // The other relay found it parked and sleeps: its LISTEN connection's last
-    // statement is that check, long ago (a relay that kept trying would have
-    // run it again within about 100 ms).
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let asleep: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity
-         WHERE datname = current_database() AND state = 'idle' AND query LIKE '%SELECT EXISTS%pg_locks%'
-           AND state_change < now() - interval '1 second'",
-    )
-    .fetch_one(&env.pool)
-    .await
-    .unwrap();
-    assert_eq!(asleep, 1, "the relay that could not park sleeps");
+    // statement is that check, a second ago or more (a relay that kept trying
+    // would run it again within about 100 ms, so it would never be that old).
+    let pool = env.pool.clone();
+    sagaworks_test_support::eventually("the relay that could not park to sleep", WAIT, || {
+        let pool = pool.clone();
+        async move {
+            let asleep: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND state = 'idle' AND query LIKE '%SELECT EXISTS%pg_locks%'
+                   AND state_change < now() - interval '1 second'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            (asleep == 1).then_some(())
+        }
+    })
+    .await;
 
     for n in 1..=3 {
-        let started = std::time::Instant::now();
+        eventually_asleep(&env, &["relay-a", "relay-b"]).await;
         credit(&env.pool, &format!("acc-{n}"), n, true).await;
+        // Published at all: woken by NOTIFY (the hour-long poll cannot fire).
         eventually_empty_backlog(&env).await;
-        assert!(started.elapsed() < Duration::from_secs(10), "event {n}: woken by NOTIFY, not the 60 s poll");
     }
     eventually_parked(&env.pool, 1).await;
     a.stop().await;

@@ -6,10 +6,12 @@
 //! [`FaultLayer`] in front of its gRPC routes and serves, on its HTTP port:
 //!
 //! * `PUT /fault` with a [`Fault`], e.g.
-//!   `{"delay_ms": 800, "error": "unavailable", "error_rate": 1.0, "methods": ["ReserveStock"]}`:
-//!   from now on, matching calls are delayed and/or failed; answers the active fault.
+//!   `{"delay_ms": 800, "error": "unavailable", "error_rate": 1.0, "methods": ["ReserveStock"]}`
+//!   or `{"hold": true, "methods": ["GetStock"]}`: from now on, matching calls are delayed,
+//!   held and/or failed; answers the active fault. It replaces the fault before, which
+//!   releases the calls that one held.
 //! * `GET /fault`: the active fault (`null` when none).
-//! * `DELETE /fault`: back to normal (204).
+//! * `DELETE /fault`: back to normal (204); releases the held calls.
 //!
 //! When disabled these routes don't exist (404) and no layer is added.
 //!
@@ -18,16 +20,28 @@
 //! * `delay_ms` only: the call runs as usual and its answer is held back `delay_ms`
 //!   (the work is done, the answer is late: a caller that times out may still have had
 //!   its effect, exactly the case a saga must compensate).
-//! * `error`: the call is **not** run; after `delay_ms` it is answered with that gRPC
-//!   code (a trailers-only response, as a real server answers a failed unary call).
-//!   `error_rate` (0..=1, default 1) is the share of matching calls that fail; it is
-//!   deterministic (of every `n` matching calls, `round(n * rate)` fail, evenly spread),
-//!   so tests can count on it. The others are only delayed.
+//! * `hold: true` (instead of `delay_ms`): like a delay that ends only when the fault is
+//!   cleared or replaced (or after 10 minutes, so a forgotten hold cannot keep a call for
+//!   ever). Tests use it to synchronise on events instead of on the clock: while the test
+//!   holds a call, it *knows* the call has not been answered, so anything that answers
+//!   meanwhile (a caller's timeout, a bulkhead shedding the calls beyond its limit, a
+//!   health probe) did so without waiting for it. A service stopping gracefully waits for
+//!   its held calls: clear the fault first.
+//! * `error`: the call is **not** run; after `delay_ms` (or, with `hold`, once released)
+//!   it is answered with that gRPC code (a trailers-only response, as a real server
+//!   answers a failed unary call). `error_rate` (0..=1, default 1) is the share of
+//!   matching calls that fail; it is deterministic (of every `n` matching calls,
+//!   `round(n * rate)` fail, evenly spread), so tests can count on it. The others are
+//!   only delayed (or held).
+//! * `max_calls`: only the first `max_calls` matching calls since the fault was set are
+//!   touched; later ones pass untouched (e.g. hold a call's first attempt, let its retry
+//!   through).
 //!
 //! `methods` names gRPC methods (`ReserveStock`, ignoring ASCII case) or full paths
 //! (`/sagaworks.inventory.v1.InventoryService/ReserveStock`); empty means every call.
-//! Each injected fault is counted in `faults_injected_total{method,kind}` (`delay`,
-//! `error`) and every change of the fault is logged with `warn!`.
+//! Each injected fault is counted in `faults_injected_total{method,kind}` (`delay`, `hold`,
+//! `error`), the calls held right now in the gauge `faults_held_calls{method}`, and every
+//! change of the fault is logged with `warn!`.
 //!
 //! [`ServiceHost`]: crate::host::ServiceHost
 
@@ -43,6 +57,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// `[fault]` section of a service's settings.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -84,6 +99,10 @@ pub struct Fault {
     /// Hold each matching call (its answer, or its error) back this long.
     #[serde(default)]
     pub delay_ms: u64,
+    /// Hold each matching call (its answer, or its error) back until this fault is
+    /// cleared or replaced, instead of `delay_ms`.
+    #[serde(default)]
+    pub hold: bool,
     /// Fail matching calls with this code instead of running them.
     #[serde(default)]
     pub error: Option<FaultError>,
@@ -93,13 +112,16 @@ pub struct Fault {
     /// Method names or full paths; empty: every call.
     #[serde(default)]
     pub methods: Vec<String>,
+    /// Touch only the first this many matching calls; `None`: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_calls: Option<u64>,
 }
 
 fn always() -> f64 {
     1.0
 }
 
-/// The longest delay a fault may ask for.
+/// The longest delay a fault may ask for, and the longest a call is held.
 const MAX_DELAY_MS: u64 = 600_000;
 
 impl Fault {
@@ -110,6 +132,12 @@ impl Fault {
         }
         if self.delay_ms > MAX_DELAY_MS {
             return Err(("delay_ms", format!("must be at most {MAX_DELAY_MS}")));
+        }
+        if self.hold && self.delay_ms > 0 {
+            return Err(("delay_ms", "must be 0 with hold (a held call waits until released)".into()));
+        }
+        if self.max_calls == Some(0) {
+            return Err(("max_calls", "must be at least 1 (or left out: every call)".into()));
         }
         if self.methods.iter().any(|m| m.trim().is_empty()) {
             return Err(("methods", "must not contain empty names".into()));
@@ -126,8 +154,16 @@ impl Fault {
 #[derive(Debug)]
 struct Active {
     fault: Fault,
-    /// Matching calls seen since the fault was set (drives the error rate).
+    /// Matching calls seen since the fault was set (drives the error rate and `max_calls`).
     seen: u64,
+    /// Cancelled when this fault is cleared or replaced: releases the calls it holds.
+    release: CancellationToken,
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.release.cancel();
+    }
 }
 
 /// Holds the active fault of one service; clones share it.
@@ -137,11 +173,59 @@ pub struct FaultInjector {
 }
 
 /// What the layer does to one call.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 enum Action {
     Pass,
-    Delay(Duration),
-    Fail(Duration, tonic::Code),
+    Delay(Wait),
+    Fail(Wait, tonic::Code),
+}
+
+/// How long a touched call's answer is held back.
+#[derive(Debug, Clone)]
+enum Wait {
+    For(Duration),
+    /// Until the token is cancelled (the fault is cleared or replaced), at most [`MAX_DELAY_MS`].
+    Hold(CancellationToken),
+}
+
+impl Wait {
+    fn kind(&self) -> &'static str {
+        match self {
+            Wait::For(_) => "delay",
+            Wait::Hold(_) => "hold",
+        }
+    }
+
+    /// Waits; a held call counts in `faults_held_calls{method}` meanwhile (also when
+    /// the caller gives up first and the call is dropped).
+    async fn wait(self, method: String) {
+        match self {
+            Wait::For(delay) => tokio::time::sleep(delay).await,
+            Wait::Hold(release) => {
+                let _held = Held::new(method);
+                tokio::select! {
+                    _ = release.cancelled() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(MAX_DELAY_MS)) => {}
+                }
+            }
+        }
+    }
+}
+
+/// One call in `faults_held_calls`, from creation to drop.
+struct Held(String);
+
+impl Held {
+    fn new(method: String) -> Self {
+        metrics::gauge!("faults_held_calls", "method" => method.clone()).increment(1.0);
+        Self(method)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        metrics::gauge!("faults_held_calls", "method" => std::mem::take(&mut self.0)).decrement(1.0);
+    }
 }
 
 impl FaultInjector {
@@ -150,13 +234,14 @@ impl FaultInjector {
         Self::default()
     }
 
-    /// Replaces the active fault (after [`Fault::validate`]).
+    /// Replaces the active fault (after [`Fault::validate`]); the calls the fault before
+    /// held are released.
     pub fn set(&self, fault: Fault) {
         tracing::warn!(?fault, "fault injection: fault set");
-        *self.lock() = Some(Active { fault, seen: 0 });
+        *self.lock() = Some(Active { fault, seen: 0, release: CancellationToken::new() });
     }
 
-    /// Removes the active fault.
+    /// Removes the active fault and releases the calls it held.
     pub fn clear(&self) {
         if self.lock().take().is_some() {
             tracing::warn!("fault injection: fault cleared");
@@ -186,15 +271,22 @@ impl FaultInjector {
             return Action::Pass;
         };
         let fault = &active.fault;
-        let delay = Duration::from_millis(fault.delay_ms);
         let n = active.seen;
         active.seen += 1;
+        if fault.max_calls.is_some_and(|max| n >= max) {
+            return Action::Pass;
+        }
+        let wait = if fault.hold {
+            Wait::Hold(active.release.clone())
+        } else {
+            Wait::For(Duration::from_millis(fault.delay_ms))
+        };
         // Call n fails when it takes the count of failures up to round((n + 1) * rate).
         let fails = |k: u64| (k as f64 * fault.error_rate).round() as u64;
         match fault.error {
-            Some(error) if fails(n + 1) > fails(n) => Action::Fail(delay, error.code()),
-            _ if delay.is_zero() => Action::Pass,
-            _ => Action::Delay(delay),
+            Some(error) if fails(n + 1) > fails(n) => Action::Fail(wait, error.code()),
+            _ if matches!(wait, Wait::For(delay) if delay.is_zero()) => Action::Pass,
+            _ => Action::Delay(wait),
         }
     }
 
@@ -265,21 +357,21 @@ where
         let method = path.rsplit('/').next().unwrap_or_default().to_owned();
         match action {
             Action::Pass => Box::pin(self.inner.call(req)),
-            Action::Delay(delay) => {
-                metrics::counter!("faults_injected_total", "method" => method, "kind" => "delay")
+            Action::Delay(wait) => {
+                metrics::counter!("faults_injected_total", "method" => method.clone(), "kind" => wait.kind())
                     .increment(1);
                 let fut = self.inner.call(req);
                 Box::pin(async move {
                     let result = fut.await;
-                    tokio::time::sleep(delay).await;
+                    wait.wait(method).await;
                     result
                 })
             }
-            Action::Fail(delay, code) => {
-                metrics::counter!("faults_injected_total", "method" => method, "kind" => "error")
+            Action::Fail(wait, code) => {
+                metrics::counter!("faults_injected_total", "method" => method.clone(), "kind" => "error")
                     .increment(1);
                 Box::pin(async move {
-                    tokio::time::sleep(delay).await;
+                    wait.wait(method).await;
                     Ok(tonic::Status::new(code, "injected fault").into_http())
                 })
             }
@@ -390,6 +482,63 @@ mod tests {
         assert_eq!(grpc_status(&resp), None, "cleared");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_held_call_runs_and_its_answer_waits_until_the_fault_is_cleared() {
+        let injector = FaultInjector::new();
+        injector.set(fault(serde_json::json!({ "hold": true, "methods": ["GetStock"] })));
+        let (ran, svc) = service(&injector);
+        let started = tokio::time::Instant::now();
+        let call = tokio::spawn(svc.oneshot(request(GET_STOCK)));
+        // Paused time: this sleep only returns once every task is idle, the held one included.
+        tokio::time::sleep(Duration::from_secs(540)).await;
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "the work is done at once");
+        assert!(!call.is_finished(), "the answer is held, 9 minutes on");
+
+        injector.clear();
+        let resp = call.await.unwrap().unwrap();
+        assert_eq!(resp.body(), "ran");
+        // Not a second later: the clear released it, not the 10 minute cap.
+        assert_eq!(started.elapsed(), Duration::from_secs(540));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_error_is_answered_when_the_fault_is_replaced_without_running_the_call() {
+        let injector = FaultInjector::new();
+        injector.set(fault(serde_json::json!({ "hold": true, "error": "unavailable" })));
+        let (ran, svc) = service(&injector);
+        let started = tokio::time::Instant::now();
+        let call = tokio::spawn(svc.oneshot(request(RESERVE)));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!call.is_finished(), "held");
+
+        // Any new fault ends the old one, and with it its holds.
+        injector.set(fault(serde_json::json!({ "delay_ms": 5, "methods": ["Other"] })));
+        let resp = call.await.unwrap().unwrap();
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
+        assert_eq!(grpc_status(&resp), Some("14"));
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "the failed call did not run");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn max_calls_touches_only_the_first_matching_calls() {
+        let injector = FaultInjector::new();
+        injector.set(fault(serde_json::json!({ "hold": true, "max_calls": 1, "methods": ["GetStock"] })));
+        let (ran, svc) = service(&injector);
+        let first = tokio::spawn(svc.clone().oneshot(request(GET_STOCK)));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!first.is_finished(), "the first call is held");
+
+        let started = tokio::time::Instant::now();
+        let second = svc.oneshot(request(GET_STOCK)).await.unwrap();
+        assert_eq!(started.elapsed(), Duration::ZERO, "the second passes untouched");
+        assert_eq!(second.body(), "ran");
+        assert!(!first.is_finished(), "still held");
+
+        injector.clear();
+        assert_eq!(first.await.unwrap().unwrap().body(), "ran");
+        assert_eq!(ran.load(Ordering::SeqCst), 2);
+    }
+
     #[test]
     fn invalid_faults_name_their_field() {
         let bad = fault(serde_json::json!({ "error": "unavailable", "error_rate": 1.5 }));
@@ -398,6 +547,11 @@ mod tests {
         assert_eq!(bad.validate().unwrap_err().0, "delay_ms");
         let bad = fault(serde_json::json!({ "methods": [" "] }));
         assert_eq!(bad.validate().unwrap_err().0, "methods");
+        let bad = fault(serde_json::json!({ "hold": true, "delay_ms": 100 }));
+        assert_eq!(bad.validate().unwrap_err().0, "delay_ms", "a held call waits for its release only");
+        let bad = fault(serde_json::json!({ "hold": true, "max_calls": 0 }));
+        assert_eq!(bad.validate().unwrap_err().0, "max_calls");
+        assert_eq!(fault(serde_json::json!({ "hold": true, "max_calls": 1 })).validate(), Ok(()));
         assert!(serde_json::from_value::<Fault>(serde_json::json!({ "delay": 5 })).is_err(), "unknown field");
         assert!(
             serde_json::from_value::<Fault>(serde_json::json!({ "error": "oops" })).is_err(),
