@@ -116,14 +116,6 @@ pub struct Started<S: Saga> {
     pub permit: Option<OwnedSemaphorePermit>,
 }
 
-/// The persisted `data` of an instance.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Data<I> {
-    input: I,
-    #[serde(default)]
-    outputs: Map<String, Value>,
-}
-
 /// An instance as its driver knows it: read once, then kept equal to what
 /// each commit wrote.
 pub(crate) struct State<S: Saga> {
@@ -334,22 +326,29 @@ impl<S: Saga> Engine<S> {
         new: &NewInstance<S>,
         first_attempt: bool,
     ) -> Result<(), StepError> {
-        let data = serde_json::to_value(Data { input: &new.input, outputs: Map::new() })
+        let input = serde_json::to_value(&new.input)
             .map_err(|e| StepError::Rejected(format!("the input of {} does not encode: {e}", S::NAME)))?;
         let first = self.inner.definition.steps[0].name;
         let guard = w.guard().to_string();
         let (id, saga, key, step) = (w.bind(new.id), w.bind(S::NAME), w.bind(new.key.clone()), w.bind(first));
-        let (data, traceparent, owner) =
-            (w.bind(data), w.bind(new.traceparent.clone()), w.bind(self.owner().to_string()));
+        let (input, traceparent, owner) =
+            (w.bind(input), w.bind(new.traceparent.clone()), w.bind(self.owner().to_string()));
         let lease = w.bind(self.lease_secs());
         w.with(
             NEW_INSTANCE,
             format!(
-                "INSERT INTO saga_instances (id, saga_type, key, status, current_step, data, traceparent,
+                "INSERT INTO saga_instances (id, saga_type, key, status, current_step, traceparent,
                                              lease_owner, lease_expires_at)
-                 SELECT {id}, {saga}, {key}, 'RUNNING', {step}, {data}, {traceparent}, {owner},
+                 SELECT {id}, {saga}, {key}, 'RUNNING', {step}, {traceparent}, {owner},
                         now() + make_interval(secs => {lease}) FROM {guard}
                  RETURNING created_at"
+            ),
+        );
+        // The input is written once, beside the row every transition rewrites.
+        w.with(
+            "saga_input",
+            format!(
+                "INSERT INTO saga_instance_inputs (saga_id, input) SELECT {id}, {input} FROM {NEW_INSTANCE}"
             ),
         );
         if first_attempt {
@@ -500,14 +499,22 @@ impl<S: Saga> Engine<S> {
             current_step: Option<String>,
             failure_reason: Option<String>,
             created_at: DateTime<Utc>,
-            data: Value,
+            input: Option<Value>,
+            outputs: Value,
             step_started_at: Option<DateTime<Utc>>,
             attempts: Option<i32>,
         }
         let row = sqlx::query_as::<_, Row>(
-            "SELECT i.status, i.current_step, i.failure_reason, i.created_at, i.data,
+            // The input and outputs where this version writes them, or in
+            // `data` for an instance written before it (see the migrations).
+            "SELECT i.status, i.current_step, i.failure_reason, i.created_at,
+                    COALESCE(n.input, i.data -> 'input') AS input,
+                    COALESCE(i.data -> 'outputs', '{}')
+                        || COALESCE((SELECT jsonb_object_agg(o.name, o.output) FROM saga_instance_steps o
+                                     WHERE o.saga_id = i.id AND o.output IS NOT NULL), '{}') AS outputs,
                     st.started_at AS step_started_at, st.attempts
              FROM saga_instances i
+             LEFT JOIN saga_instance_inputs n ON n.saga_id = i.id
              LEFT JOIN saga_instance_steps st ON st.saga_id = i.id AND st.name = i.current_step
              WHERE i.id = $1 AND i.lease_owner = $2",
         )
@@ -517,8 +524,11 @@ impl<S: Saga> Engine<S> {
         .await?
         .ok_or(DriveError::LeaseLost(id))?;
         let undrivable = |why: String| DriveError::Undrivable(id, why);
-        let data: Data<S::Input> = serde_json::from_value(row.data)
-            .map_err(|e| undrivable(format!("stored data does not decode: {e}")))?;
+        let input: S::Input = serde_json::from_value(row.input.unwrap_or(Value::Null))
+            .map_err(|e| undrivable(format!("the stored input does not decode: {e}")))?;
+        let Value::Object(outputs) = row.outputs else {
+            return Err(undrivable("the stored outputs are not an object".into()));
+        };
         let at = match row.current_step.as_deref() {
             // Finished: the loop returns at once.
             None => Position::Forward(0),
@@ -533,8 +543,8 @@ impl<S: Saga> Engine<S> {
             at,
             failure_reason: row.failure_reason,
             created_at: row.created_at,
-            input: data.input,
-            outputs: data.outputs,
+            input,
+            outputs,
             step_started_at: row.step_started_at,
             attempts: row.attempts,
         })
@@ -771,10 +781,17 @@ impl<S: Saga> Engine<S> {
         {
             outputs.insert(name.to_string(), output.clone());
         }
-        self.update_instance(&mut w, id, &plan, &outputs);
+        self.update_instance(&mut w, id, &plan);
         let error = outcome.as_ref().err().map(|e| e.message().to_string());
-        let next_attempt =
-            self.write_steps(&mut w, name, &outcome, &plan, carried.as_ref().map(|(i, _)| *i), audit);
+        let next_attempt = self.write_steps(
+            &mut w,
+            name,
+            &outcome,
+            &plan,
+            carried.as_ref().map(|(i, _)| *i),
+            audit,
+            &outputs,
+        );
         let (status, current, reason, delay, finished) =
             (plan.status, plan.current, plan.reason, plan.delay, plan.finished);
 
@@ -909,7 +926,7 @@ impl<'a> Plan<'a> {
 impl<S: Saga> Engine<S> {
     /// `saga_s`: the lease-guarded update of the instance's row, which every
     /// other part of the statement selects from.
-    fn update_instance(&self, w: &mut Statement, id: Uuid, plan: &Plan<'_>, outputs: &Map<String, Value>) {
+    fn update_instance(&self, w: &mut Statement, id: Uuid, plan: &Plan<'_>) {
         let (pid, powner) = (w.bind(id), w.bind(self.owner().to_string()));
         let progressed = if plan.progressed { ", progressed_at = now()" } else { "" };
         let mut set = vec![format!("updated_at = now(){progressed}")];
@@ -923,12 +940,6 @@ impl<S: Saga> Engine<S> {
         }
         if let Some(reason) = plan.reason {
             set.push(format!("failure_reason = {}", w.bind(reason.to_string())));
-        }
-        if !outputs.is_empty() {
-            let o = w.bind(Value::Object(outputs.clone()));
-            set.push(format!(
-                "data = jsonb_set(data, '{{outputs}}', COALESCE(data->'outputs', '{{}}') || {o}::jsonb)"
-            ));
         }
         if plan.release {
             set.push("lease_owner = NULL, lease_expires_at = NULL".into());
@@ -967,6 +978,7 @@ impl<S: Saga> Engine<S> {
         plan: &Plan<'_>,
         carried: Option<usize>,
         audit: Option<&Audit<'_>>,
+        outputs: &Map<String, Value>,
     ) -> Option<Position> {
         let def = &self.inner.definition;
         let (step_status, error) = match outcome {
@@ -975,6 +987,8 @@ impl<S: Saga> Engine<S> {
             Err(e) => (StepStatus::Failed, Some(e.message().to_string())),
         };
         let (sname, sstatus, serror) = (w.bind(name), w.bind(step_status), w.bind(error));
+        // A succeeded forward step's output, stored in its row (null: none).
+        let soutput = w.bind(outputs.get(name).cloned());
         let finished_at = if step_status == StepStatus::Running { "NULL" } else { "now()" };
         // `history` keeps the attempts that did not simply succeed (failures,
         // rejections, operators' actions); a success is the row itself (see
@@ -995,21 +1009,23 @@ impl<S: Saga> Engine<S> {
         w.with(
             "saga_done",
             format!(
-                "INSERT INTO saga_instance_steps (saga_id, name, status, attempts, error, finished_at, history)
-                 SELECT id, {sname}, {sstatus}, 1, {serror}, {finished_at}, {insert_history} FROM saga_s
+                "INSERT INTO saga_instance_steps (saga_id, name, status, attempts, error, finished_at, history, output)
+                 SELECT id, {sname}, {sstatus}, 1, {serror}, {finished_at}, {insert_history}, {soutput}::jsonb FROM saga_s
                  ON CONFLICT (saga_id, name) DO UPDATE
-                     SET status = EXCLUDED.status, error = EXCLUDED.error,
-                         finished_at = EXCLUDED.finished_at{update_history}"
+                     SET status = EXCLUDED.status, error = EXCLUDED.error, finished_at = EXCLUDED.finished_at,
+                         output = COALESCE(EXCLUDED.output, saga_instance_steps.output){update_history}"
             ),
         );
         if let Some(i) = carried {
             let cname = w.bind(def.steps[i].name);
+            let coutput = w.bind(outputs.get(def.steps[i].name).cloned());
             w.with(
                 "saga_carried",
                 format!(
-                    "INSERT INTO saga_instance_steps (saga_id, name, status, attempts, finished_at)
-                     SELECT id, {cname}, 'SUCCEEDED', 1, now() FROM saga_s
-                     ON CONFLICT (saga_id, name) DO UPDATE SET status = 'SUCCEEDED', error = NULL, finished_at = now()"
+                    "INSERT INTO saga_instance_steps (saga_id, name, status, attempts, finished_at, output)
+                     SELECT id, {cname}, 'SUCCEEDED', 1, now(), {coutput}::jsonb FROM saga_s
+                     ON CONFLICT (saga_id, name) DO UPDATE
+                         SET status = 'SUCCEEDED', error = NULL, finished_at = now(), output = EXCLUDED.output"
                 ),
             );
         }
