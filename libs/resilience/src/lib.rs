@@ -122,6 +122,7 @@
 //!   how tonic and grpc-go answer a failed unary call). A server that sends headers first
 //!   and the error status only in the trailers is seen as a success by retry and breaker.
 
+pub mod backoff;
 mod body;
 mod breaker;
 mod bulkhead;
@@ -135,6 +136,7 @@ mod settings;
 mod testing;
 mod timeout;
 
+pub use backoff::Backoff;
 pub use breaker::CircuitState;
 pub use channel::{ResilientChannel, channel};
 pub use rejection::{REJECTION_METADATA, Rejection, rejection};

@@ -5,8 +5,9 @@
 //! * Only retryable outcomes are retried: transport errors, `UNAVAILABLE`,
 //!   `DEADLINE_EXCEEDED` (from a trailers-only response) and per-attempt timeouts. Business
 //!   codes and the stack's own breaker/bulkhead rejections are returned as they are.
-//! * Retry `n` (from 0) first sleeps `random(0, min(max_backoff, base * 2^n))` ("full
-//!   jitter", so synchronized callers spread out instead of retrying in waves).
+//! * Retry `n` (from 0) first sleeps `random(0, min(max_backoff, base * 2^n))`
+//!   ([`Backoff`]: "full jitter", so synchronized callers spread out instead of
+//!   retrying in waves).
 //! * `tower::retry::budget::TpsBudget` caps retries to a fraction of recent calls plus a
 //!   small per-second floor, shared by all callers of the downstream, so a failing
 //!   downstream sees at most `1 + ratio` times its normal load instead of `max_attempts`.
@@ -15,39 +16,14 @@
 //! is buffered further out); every mutating call carries an idempotency key, so any unary
 //! call may be sent again.
 
+use crate::backoff::Backoff;
 use crate::outcome::Outcome;
 use crate::{BoxError, RetrySettings};
 use bytes::Bytes;
-use rand::Rng;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tower::retry::budget::{Budget, TpsBudget};
-
-/// Exponential backoff with full jitter.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Backoff {
-    base: Duration,
-    cap: Duration,
-}
-
-impl Backoff {
-    pub(crate) fn new(base: Duration, cap: Duration) -> Self {
-        Self { base, cap }
-    }
-
-    /// Upper bound of the sleep before retry `n` (0-based): `min(cap, base * 2^n)`.
-    pub(crate) fn ceiling(&self, n: u32) -> Duration {
-        let factor = 1u32.checked_shl(n).unwrap_or(u32::MAX);
-        self.base.checked_mul(factor).map_or(self.cap, |d| d.min(self.cap))
-    }
-
-    /// A sleep drawn uniformly from `[0, ceiling(n)]`.
-    pub(crate) fn delay(&self, n: u32, rng: &mut impl Rng) -> Duration {
-        let ceiling = self.ceiling(n).as_micros() as u64;
-        Duration::from_micros(rng.random_range(0..=ceiling))
-    }
-}
 
 /// Decides, per call, whether and when to send another attempt.
 #[derive(Debug, Clone)]
@@ -105,7 +81,7 @@ impl<B> tower::retry::Policy<http::Request<Bytes>, http::Response<B>, BoxError> 
             return None;
         }
         metrics::counter!("resilience_retries_total", "downstream" => downstream).increment(1);
-        let delay = self.backoff.delay(self.attempts - 1, &mut rand::rng());
+        let delay = self.backoff.delay(self.attempts - 1);
         tracing::debug!(
             downstream,
             attempt = self.attempts + 1,
@@ -247,27 +223,6 @@ mod tests {
         for (n, pair) in attempts.windows(2).enumerate() {
             let slept = pair[1] - pair[0];
             assert!(slept <= Duration::from_millis(100 << n), "retry {n} slept {slept:?}");
-        }
-    }
-
-    #[test]
-    fn full_jitter_is_uniform_below_a_capped_exponential_ceiling() {
-        let b = Backoff::new(Duration::from_millis(100), Duration::from_millis(1_000));
-        let ceilings: Vec<_> = (0..6).map(|n| b.ceiling(n).as_millis()).collect();
-        assert_eq!(ceilings, [100, 200, 400, 800, 1_000, 1_000]);
-        assert_eq!(b.ceiling(200), Duration::from_millis(1_000), "no overflow");
-        let mut rng = rand::rng();
-        let mut previous_mean = Duration::ZERO;
-        for n in 0..4 {
-            let samples: Vec<_> = (0..2_000).map(|_| b.delay(n, &mut rng)).collect();
-            assert!(samples.iter().all(|d| *d <= b.ceiling(n)));
-            let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
-            // Uniform on [0, c]: mean c/2; 2 000 samples put it within a few % of that.
-            let expected = b.ceiling(n) / 2;
-            assert!(mean > expected.mul_f64(0.9) && mean < expected.mul_f64(1.1), "n={n} mean {mean:?}");
-            assert!(mean > previous_mean, "delays grow with the attempt");
-            assert!(samples.iter().any(|d| *d < expected / 4), "jitter reaches down towards 0");
-            previous_mean = mean;
         }
     }
 

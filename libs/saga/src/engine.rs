@@ -36,13 +36,13 @@
 
 use crate::SagaSettings;
 use crate::admin::Audit;
-use crate::backoff;
 use crate::definition::{Definition, Position, StepKind};
 use crate::faults::{Faults, When};
 use crate::statement::Statement;
 use crate::step::{End, Saga, StepContext, StepError};
 use crate::store::{SagaStatus, StepStatus};
 use chrono::{DateTime, Utc};
+use sagaworks_resilience::Backoff;
 use sagaworks_runtime::db::NO_FLUSH_WAIT;
 use sagaworks_telemetry::propagation;
 use serde_json::{Map, Value};
@@ -897,7 +897,8 @@ impl<'a> Plan<'a> {
             }
             Next::Retry => {
                 let attempts = state.attempts.unwrap_or(1).max(1) as u32;
-                (None, None, None, true, Some(backoff::delay(settings, attempts)), false)
+                let backoff = Backoff::from_millis(settings.retry_base_ms, settings.retry_max_ms);
+                (None, None, None, true, Some(backoff.delay(attempts)), false)
             }
             Next::Complete => (Some(SagaStatus::Completed), None, None, true, None, true),
             Next::Cancel { reason } => {

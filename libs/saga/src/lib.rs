@@ -48,7 +48,6 @@ pub mod statement;
 pub mod step;
 pub mod testing;
 
-mod backoff;
 mod settings;
 pub mod store;
 
