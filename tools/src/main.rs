@@ -2,6 +2,8 @@
 
 use sagaworks_config::KafkaSettings;
 use sagaworks_tools::args::Flags;
+use sagaworks_tools::check::coverage::{Kill, Minimums};
+use sagaworks_tools::check::events::Required;
 use sagaworks_tools::check::{self, Verdict};
 use sagaworks_tools::cpu::CpuTimes;
 use sagaworks_tools::load::{self, LoadPlan};
@@ -18,7 +20,9 @@ const USAGE: &str = "usage:
   sagaworks-tools load  --fixture FILE [--api URL] [--concurrency N] [--duration-secs S] [--lines N]
                         [--max-quantity Q] [--accepted-out FILE] [--pg-admin URL] [--commit-ceiling TPS]
   sagaworks-tools check --fixture FILE [--accepted FILE] [--pg-admin URL] [--db-prefix P] [--settle-secs S]
-                        [--brokers HOST:PORT --topic-prefix P [--kafka-since RFC3339]]
+                        [--brokers HOST:PORT --topic-prefix P [--kafka-since RFC3339 --min-kafka-share F]]
+                        [--kills FILE] [--min-accepted N]
+                        [--min-confirmed N] [--min-cancelled N] [--min-resumed N] [--min-kills-under-load N]
 Gateway auth: SW_TOKEN (one bearer token for every call), or SW_JWT_SECRET (HS256 secret: mints an admin
 token for seeding and a token per customer for its orders; SW_JWT_ISSUER / SW_JWT_AUDIENCE if required).";
 
@@ -151,7 +155,26 @@ async fn run_check(mut flags: Flags) -> Result<ExitCode, ToolError> {
     let brokers: Option<String> = flags.optional("brokers")?;
     let topic_prefix: String = flags.or("topic-prefix", "sagaworks".to_string())?;
     let since: Option<chrono::DateTime<chrono::Utc>> = flags.optional("kafka-since")?;
+    let min_share: f64 = flags.or("min-kafka-share", 0.0)?;
+    let required = match since {
+        None => Required::All,
+        Some(since) => Required::Since { since, min_share },
+    };
     let kafka_timeout = Duration::from_secs(flags.or("kafka-timeout-secs", 60)?);
+    let kills = match flags.optional::<PathBuf>("kills")? {
+        None => Vec::new(),
+        Some(path) => Kill::parse(
+            &std::fs::read_to_string(&path)
+                .map_err(|source| ToolError::Io { path: path.display().to_string(), source })?,
+        )?,
+    };
+    let minimums = Minimums {
+        accepted: flags.or("min-accepted", 0)?,
+        confirmed: flags.or("min-confirmed", 0)?,
+        cancelled: flags.or("min-cancelled", 0)?,
+        resumed: flags.or("min-resumed", 0)?,
+        kills_under_load: flags.or("min-kills-under-load", 0)?,
+    };
     flags.finish()?;
 
     let dbs = Databases::connect(&pg_admin, &prefix).await?;
@@ -163,12 +186,15 @@ async fn run_check(mut flags: Flags) -> Result<ExitCode, ToolError> {
         verdicts.push(v);
     };
     report(check::orders::terminal(&dbs.order, &customers, &accepted, settle).await?);
-    report(check::stock::conserved(&dbs.inventory, &fixture.products).await?);
+    report(check::stock::conserved(&dbs, &fixture.products, &customers, settle).await?);
     report(check::money::balanced(&dbs.order, &dbs.payment, &fixture.customers).await?);
     if let Some(brokers) = brokers {
         let kafka = KafkaSettings { brokers, topic_prefix, properties: Default::default() };
         report(check::events::drained(&dbs, settle).await?);
-        report(check::events::exactly_once(&dbs, &kafka, since, kafka_timeout).await?);
+        report(check::events::exactly_once(&dbs, &kafka, required, kafka_timeout).await?);
+    }
+    if !kills.is_empty() || minimums != Minimums::default() {
+        report(check::coverage::minimums(&dbs.order, &accepted, &kills, &minimums).await?);
     }
     let failed = verdicts.iter().filter(|v| !v.ok).count();
     println!("invariants: {} checked, {failed} failed", verdicts.len());

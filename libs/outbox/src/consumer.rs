@@ -60,6 +60,7 @@
 
 use crate::OutboxError;
 use crate::backoff::Backoff;
+use crate::crash::{self, ConsumerCrashPoint};
 use crate::kafka::{self, TopicSettings, headers};
 use crate::metrics as m;
 use chrono::{DateTime, Utc};
@@ -127,6 +128,11 @@ pub struct ConsumerSettings {
     /// What happens to an event written with a schema version newer than the
     /// handler reads ([`HandlerError::UnsupportedSchemaVersion`]).
     pub unsupported_schema_version: UnsupportedVersionPolicy,
+    /// Test-only fault hook (`APP_CONSUMER__CRASH_POINT=before_offset_commit`;
+    /// see [`crate::crash`]): abort the process once newly handled events
+    /// committed, before their offsets are committed. `off` by default;
+    /// never in production.
+    pub crash_point: ConsumerCrashPoint,
 }
 
 /// What the consumer does with an event newer than its handler reads (see
@@ -188,6 +194,7 @@ impl Default for ConsumerSettings {
             inbox_retention_hours: 24 * 7,
             commit_interval_ms: 200,
             unsupported_schema_version: UnsupportedVersionPolicy::Park,
+            crash_point: ConsumerCrashPoint::Off,
         }
     }
 }
@@ -454,6 +461,10 @@ impl<H: Handler> Consumer<H> {
                 _ = tokio::time::sleep(delay) => {}
             }
         }
+        if self.settings.crash_point != ConsumerCrashPoint::Off {
+            tracing::warn!(crash_point = ?self.settings.crash_point, group = %self.settings.group_id,
+                "consumer fault injection is on");
+        }
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         if let Err(e) = self.consumer.subscribe(&names) {
             tracing::error!(error = %e, "cannot subscribe; consumer not started");
@@ -693,6 +704,13 @@ impl<H: Handler> Consumer<H> {
             self.handler.handle_many(&mut tx, &fresh, &fresh_spans).await?;
         }
         tx.commit().await.map_err(db)?;
+        if self.settings.crash_point == ConsumerCrashPoint::BeforeOffsetCommit && !fresh.is_empty() {
+            crash::abort(&format!(
+                "consumer group {}: {} events handled and committed, offsets not committed",
+                self.settings.group_id,
+                fresh.len()
+            ));
+        }
         Ok(outcomes)
     }
 

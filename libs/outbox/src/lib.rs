@@ -19,6 +19,7 @@
 //! * [`metrics`] — counters, gauges and the [`OutboxGauges`] scrape hook.
 //! * [`health`] — [`BrokerCheck`] for `/health/ready`.
 //! * [`kafka`] — topic names, header names, client config, topic creation.
+//! * [`crash`] — test-only crash points for chaos runs (off by default).
 //!
 //! The tables come with the crate: run [`migrator`] next to the service's own
 //! migrations.
@@ -79,6 +80,7 @@ mod backoff;
 mod error;
 
 pub mod consumer;
+pub mod crash;
 pub mod dead_letters;
 pub mod event;
 pub mod health;
@@ -93,6 +95,7 @@ pub use consumer::{
     Consumer, ConsumerSettings, DlqReason, EnvelopeError, Handler, HandlerError, ReceivedEvent,
     UnsupportedVersionPolicy,
 };
+pub use crash::{ConsumerCrashPoint, RelayCrashPoint};
 pub use dead_letters::{DeadLetterError, DeadLetterSettings, DeadLetters};
 pub use error::OutboxError;
 pub use event::{DecodeError, Event};

@@ -85,6 +85,7 @@
 
 use crate::OutboxError;
 use crate::backoff::Backoff;
+use crate::crash::{self, RelayCrashPoint};
 use crate::kafka::{self, TopicSettings, headers};
 use crate::metrics as m;
 use crate::wake::{Parking, Wake};
@@ -145,6 +146,10 @@ pub struct RelaySettings {
     pub linger_ms: u64,
     /// Used when the relay creates a missing topic.
     pub topics: TopicSettings,
+    /// Test-only fault hook (`APP_OUTBOX__CRASH_POINT=after_produce`; see
+    /// [`crate::crash`]): abort the process after a batch was acked, before
+    /// it is marked published. `off` by default; never in production.
+    pub crash_point: RelayCrashPoint,
 }
 
 impl Default for RelaySettings {
@@ -161,6 +166,7 @@ impl Default for RelaySettings {
             message_timeout_ms: 30_000,
             linger_ms: 5,
             topics: TopicSettings::default(),
+            crash_point: RelayCrashPoint::Off,
         }
     }
 }
@@ -220,6 +226,9 @@ impl Relay {
         if !self.settings.enabled {
             tracing::info!("outbox relay disabled");
             return;
+        }
+        if self.settings.crash_point != RelayCrashPoint::Off {
+            tracing::warn!(crash_point = ?self.settings.crash_point, "outbox relay fault injection is on");
         }
         let poll = Duration::from_millis(self.settings.poll_interval_ms.max(1));
         let pace = Duration::from_millis(self.settings.min_batch_interval_ms);
@@ -358,6 +367,13 @@ impl Relay {
         self.ensure_topics(&rows).await?;
 
         let acked = self.send_all(&rows, shutdown).await;
+        if self.settings.crash_point == RelayCrashPoint::AfterProduce && acked.contains(&true) {
+            let n = acked.iter().filter(|ok| **ok).count();
+            crash::abort(&format!(
+                "outbox relay of {}: {n} events acked by the broker, not marked published",
+                self.settings.service
+            ));
+        }
         // Per aggregate, the prefix up to the first event that was not acked.
         let mut broken: HashSet<&str> = HashSet::new();
         let mut done = Vec::with_capacity(rows.len());

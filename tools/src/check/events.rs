@@ -102,10 +102,41 @@ pub fn read_topics(kafka: &KafkaSettings, timeout: Duration) -> Result<HashMap<U
 /// How long the topics must stay quiet, once every watermark is reached, for a read to end.
 const QUIET: Duration = Duration::from_millis(1500);
 
+/// Event types a business fact emits once per aggregate: a second row of
+/// one of these for the same aggregate is the fact taking effect twice (a
+/// step or a handler that ran again and wrote its event again), whatever
+/// the ids. `StockAdded` and `AccountCredited` may repeat.
+pub const ONCE_PER_AGGREGATE: [&str; 10] = [
+    "OrderCreated",
+    "OrderConfirmed",
+    "OrderCancelled",
+    "StockReserved",
+    "StockReleased",
+    "StockCommitted",
+    "PaymentCharged",
+    "PaymentRefunded",
+    "ProductCreated",
+    "AccountOpened",
+];
+
+/// Which events must be on Kafka: every one (a broker that keeps its log), or
+/// only those published since the broker last lost its log, which must then
+/// be at least `min_share` of all.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Required {
+    All,
+    Since { since: DateTime<Utc>, min_share: f64 },
+}
+
+/// Every required outbox row is on Kafka (a redelivered copy, the same
+/// `ce_id` again, is allowed: consumers dedup by it), no event on Kafka is
+/// unknown to the outboxes, and no business fact was emitted twice
+/// ([`ONCE_PER_AGGREGATE`]; an order emits OrderConfirmed or OrderCancelled,
+/// not both, and a finished order the one that matches its status).
 pub async fn exactly_once(
     dbs: &Databases,
     kafka: &KafkaSettings,
-    since: Option<DateTime<Utc>>,
+    required: Required,
     timeout: Duration,
 ) -> Result<Verdict, ToolError> {
     let mut all = HashSet::new();
@@ -114,12 +145,17 @@ pub async fn exactly_once(
         let rows: Vec<(Uuid, Option<DateTime<Utc>>)> =
             sqlx::query_as("SELECT id, published_at FROM outbox").fetch_all(pool).await?;
         for (id, published_at) in rows {
-            if since.is_none_or(|s| published_at.is_some_and(|p| p >= s)) {
+            let wanted = match required {
+                Required::All => true,
+                Required::Since { since, .. } => published_at.is_some_and(|p| p >= since),
+            };
+            if wanted {
                 expected.insert(id);
             }
             all.insert(id);
         }
     }
+    let twice = emitted_twice(dbs).await?;
     let kafka = kafka.clone();
     let seen = tokio::task::spawn_blocking(move || read_topics(&kafka, timeout)).await??;
     let delivered: u64 = seen.values().map(|&n| u64::from(n)).sum();
@@ -129,20 +165,84 @@ pub async fn exactly_once(
         seen.keys().filter(|id| !all.contains(id)).map(|id| format!("{id} on Kafka, in no outbox")).collect();
     missing.sort();
     unknown.sort();
+    let share = expected.len() as f64 / all.len().max(1) as f64;
+    let (scope, mut offenders) = match required {
+        Required::All => ("every one required on Kafka".to_string(), Vec::new()),
+        Required::Since { since, min_share } => (
+            format!(
+                "{} required on Kafka: {:.1}% (minimum {:.0}%), those published since {}",
+                expected.len(),
+                100.0 * share,
+                100.0 * min_share,
+                since.to_rfc3339()
+            ),
+            if share < min_share {
+                vec![format!(
+                    "only {:.1}% of the events are required on Kafka, under the minimum {:.0}%",
+                    100.0 * share,
+                    100.0 * min_share
+                )]
+            } else {
+                Vec::new()
+            },
+        ),
+    };
     let mut detail = format!(
-        "{} outbox rows ({} required on Kafka{}), {} messages, {} distinct ids ({} duplicates), {} missing, {} unknown",
+        "{} outbox rows ({scope}), {} messages, {} distinct ids ({} redelivered copies), \
+         {} missing, {} unknown, {} emitted twice",
         all.len(),
-        expected.len(),
-        since.map(|s| format!(", published since {}", s.to_rfc3339())).unwrap_or_default(),
         delivered,
         seen.len(),
         delivered - seen.len() as u64,
         missing.len(),
-        unknown.len()
+        unknown.len(),
+        twice.len()
     );
-    let offenders: Vec<String> = missing.into_iter().chain(unknown).collect();
+    offenders.extend(missing.into_iter().chain(unknown).chain(twice));
     if !offenders.is_empty() {
         detail.push_str(&format!(": {}", first(&offenders)));
     }
     Ok(Verdict { name: "events on Kafka", ok: offenders.is_empty(), detail })
+}
+
+/// The business facts written to an outbox more than once (see
+/// [`exactly_once`]), and finished orders whose outcome event is not the one
+/// their status says.
+async fn emitted_twice(dbs: &Databases) -> Result<Vec<String>, ToolError> {
+    let mut offenders = Vec::new();
+    for (service, pool) in dbs.all() {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT aggregate_id, event_type, count(*) FROM outbox WHERE event_type = ANY($1)
+              GROUP BY aggregate_id, event_type HAVING count(*) > 1 ORDER BY aggregate_id, event_type",
+        )
+        .bind(&ONCE_PER_AGGREGATE[..])
+        .fetch_all(pool)
+        .await?;
+        offenders.extend(
+            rows.into_iter().map(|(id, ty, n)| format!("{ty} of {id} written {n} times ({service} outbox)")),
+        );
+    }
+    let outcomes: Vec<(Uuid, String, i64, i64)> = sqlx::query_as(
+        "SELECT o.id, o.status,
+                count(*) FILTER (WHERE x.event_type = 'OrderConfirmed'),
+                count(*) FILTER (WHERE x.event_type = 'OrderCancelled')
+           FROM orders o
+           JOIN outbox x ON x.aggregate_type = 'order' AND x.aggregate_id = o.id::text
+          GROUP BY o.id, o.status",
+    )
+    .fetch_all(&dbs.order)
+    .await?;
+    for (id, status, confirmed, cancelled) in outcomes {
+        let ok = match status.as_str() {
+            "CONFIRMED" => confirmed == 1 && cancelled == 0,
+            "CANCELLED" => confirmed == 0 && cancelled == 1,
+            _ => confirmed == 0 && cancelled == 0,
+        };
+        if !ok {
+            offenders.push(format!(
+                "order {id} {status} with {confirmed} OrderConfirmed and {cancelled} OrderCancelled"
+            ));
+        }
+    }
+    Ok(offenders)
 }

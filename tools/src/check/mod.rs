@@ -2,19 +2,28 @@
 //! the broker after the load stopped:
 //!
 //! * [`orders`]: every order of the fixture's customers (and every order the
-//!   gateway accepted) ends `CONFIRMED` or `CANCELLED`.
-//! * [`stock`]: per product, available + reserved + sold = initial stock, and
-//!   reserved / sold match the RESERVED / COMMITTED reservation lines.
+//!   gateway accepted) ends `CONFIRMED` or `CANCELLED`, its saga finished to
+//!   match (`COMPLETED` / `COMPENSATED`).
+//! * [`stock`]: per product, available + reserved + sold = initial stock,
+//!   reserved / sold match the RESERVED / COMMITTED reservation lines, and
+//!   nothing stays reserved at rest; each order's reservation agrees with its
+//!   status (COMMITTED for a confirmed order, RELEASED or none for a
+//!   cancelled one).
 //! * [`money`]: per customer, charges - refunds = the totals of its confirmed
 //!   orders = initial credit - balance; per order, a confirmed order has
 //!   exactly its total charged and a cancelled one nothing.
 //! * [`events`]: every outbox row got published, and every event in the
 //!   outbox reached Kafka (at least once; exactly once after dedup by
-//!   `ce_id`), with no event on Kafka that no outbox wrote.
+//!   `ce_id`), with no event on Kafka that no outbox wrote and no business
+//!   fact emitted twice.
+//! * [`coverage`]: the run did enough for the others to mean something
+//!   (orders accepted, confirmed and cancelled, sagas resumed after a kill,
+//!   kills under load), against stated minimums.
 //!
 //! Each check yields a [`Verdict`]; the caller prints them and fails when one
 //! is not ok.
 
+pub mod coverage;
 pub mod events;
 pub mod money;
 pub mod orders;
