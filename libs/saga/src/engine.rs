@@ -783,15 +783,8 @@ impl<S: Saga> Engine<S> {
         }
         self.update_instance(&mut w, id, &plan);
         let error = outcome.as_ref().err().map(|e| e.message().to_string());
-        let next_attempt = self.write_steps(
-            &mut w,
-            name,
-            &outcome,
-            &plan,
-            carried.as_ref().map(|(i, _)| *i),
-            audit,
-            &outputs,
-        );
+        let next_attempt =
+            self.write_steps(&mut w, name, &outcome, &plan, carried.as_ref().map(|(i, v)| (*i, v)), audit);
         let (status, current, reason, delay, finished) =
             (plan.status, plan.current, plan.reason, plan.delay, plan.finished);
 
@@ -977,9 +970,8 @@ impl<S: Saga> Engine<S> {
         name: &'static str,
         outcome: &Result<Value, StepError>,
         plan: &Plan<'_>,
-        carried: Option<usize>,
+        carried: Option<(usize, &Value)>,
         audit: Option<&Audit<'_>>,
-        outputs: &Map<String, Value>,
     ) -> Option<Position> {
         let def = &self.inner.definition;
         let (step_status, error) = match outcome {
@@ -989,7 +981,8 @@ impl<S: Saga> Engine<S> {
         };
         let (sname, sstatus, serror) = (w.bind(name), w.bind(step_status), w.bind(error));
         // A succeeded forward step's output, stored in its row (null: none).
-        let soutput = w.bind(outputs.get(name).cloned());
+        let forward = def.steps.iter().any(|s| s.name == name);
+        let soutput = w.bind(outcome.as_ref().ok().filter(|o| forward && !o.is_null()).cloned());
         let finished_at = if step_status == StepStatus::Running { "NULL" } else { "now()" };
         // `history` keeps the attempts that did not simply succeed (failures,
         // rejections, operators' actions); a success is the row itself (see
@@ -1017,9 +1010,9 @@ impl<S: Saga> Engine<S> {
                          output = COALESCE(EXCLUDED.output, saga_instance_steps.output){update_history}"
             ),
         );
-        if let Some(i) = carried {
+        if let Some((i, output)) = carried {
             let cname = w.bind(def.steps[i].name);
-            let coutput = w.bind(outputs.get(def.steps[i].name).cloned());
+            let coutput = w.bind(Some(output).filter(|o| !o.is_null()).cloned());
             w.with(
                 "saga_carried",
                 format!(
