@@ -10,9 +10,12 @@ use tracing::Instrument;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::{Layer, registry::LookupSpan};
 
+/// An event's message and the name of the span it happened in.
+type Recorded = (String, Option<String>);
+
 /// Records each event's message with the name of the span it happened in.
 #[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<(String, Option<String>)>>>);
+struct Recorder(Arc<Mutex<Vec<Recorded>>>);
 
 struct Message(String);
 

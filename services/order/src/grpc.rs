@@ -267,7 +267,7 @@ impl OrderService for Orders {
             "" => None,
             c => Some(c.parse::<Cursor>().map_err(|e| invalid_argument("cursor", e))?),
         };
-        if !r.step.is_empty() && !(r.step.len() <= 63 && sagaworks_saga::definition::valid_name(&r.step)) {
+        if !r.step.is_empty() && (r.step.len() > 63 || !sagaworks_saga::definition::valid_name(&r.step)) {
             return Err(invalid_argument(
                 "step",
                 "a step name: a lower-case letter, then letters, digits and '_'",
