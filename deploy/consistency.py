@@ -29,6 +29,9 @@ What it asserts, per service (gateway, order, inventory, payment):
   listed as closed (`sagaworks.io/closed-ports`) and really closed; nothing reachable from
   outside the namespace but the gateway (and, in prod, the HTTP ports for monitoring);
   the dev overlay's ingress matrix (DEV_INGRESS);
+* every backend's APP_DATABASE__URL (compose; k8s when its Secret is in the rendering,
+  i.e. dev) names a login role of its own: not the `postgres` superuser, not a role
+  another service uses;
 * the services' pods: preStop sleep and a grace period covering it plus the drain; the
   backends' `migrate` init container (same image, settings and security context,
   `args: [migrate]`) and APP_DATABASE__MIGRATE=false in the service container; a short
@@ -45,12 +48,14 @@ Needs python3 and PyYAML. Exit status 0 if every check passed, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
@@ -110,6 +115,8 @@ STARTUP_BUDGET_SECONDS = 30
 #: Services with a database: their pods run `service migrate` in an init container first.
 BACKENDS = ("order", "inventory", "payment")
 MIGRATE_FLAG = "APP_DATABASE__MIGRATE"
+#: Roles no service may connect as: PostgreSQL's bootstrap superuser (the images' default).
+SUPERUSER_ROLES = {"postgres"}
 #: The dev overlay's in-namespace data stores and telemetry (k8s/overlays/dev/infra/): who
 #: may reach each of their ports, and the services' HTTP ports (Prometheus only; the
 #: gateway's is open to the cluster, the gRPC ports are checked against GRPC_CALLERS).
@@ -328,6 +335,10 @@ def check_compose(report: Report, compose: dict[str, Any], keys: dict[str, set[s
             f"{where}: healthcheck must be http-probe {ports.http} /health/ready, got {test!r}",
         )
         check_env(report, where, service, _compose_env(spec), keys)
+    check_database_roles(report, "compose", {
+        service: _compose_env(services[service]).get("APP_DATABASE__URL")
+        for service in BACKENDS if service in services
+    })
     return repos
 
 
@@ -496,6 +507,8 @@ def check_k8s(report: Report, label: str, docs: list[dict[str, Any]], keys: dict
     if label == "prod":
         secrets = list(_by_kind(docs, "Secret"))
         report.check(not secrets, f"{label}: Secrets must come from outside the repository, found {secrets}")
+    secrets = _by_kind(docs, "Secret")
+    database_urls: dict[str, str | None] = {}
     repos: dict[str, str] = {}
     for service, ports in SERVICES.items():
         where = f"{label}/{service}"
@@ -550,6 +563,8 @@ def check_k8s(report: Report, label: str, docs: list[dict[str, Any]], keys: dict
         for problem in problems:
             report.check(False, f"{where}: {problem}")
         check_env(report, where, service, env, keys)
+        if service in BACKENDS:
+            database_urls[service] = _database_url(container, configmaps, secrets)
         svc = services.get(service)
         if report.check(svc is not None, f"{where}: Service missing"):
             report.check(svc["spec"].get("type", "ClusterIP") == "ClusterIP", f"{where}: Service must be ClusterIP")
@@ -578,7 +593,65 @@ def check_k8s(report: Report, label: str, docs: list[dict[str, Any]], keys: dict
                 _admitted(policies, pod_labels, pod, ports.http, all_pods) is None,
                 f"{where}: the gateway's HTTP port must be reachable from outside the namespace",
             )
+    check_database_roles(report, label, database_urls)
     return repos
+
+
+# --- database roles ----------------------------------------------------------------------
+
+
+def _database_url(
+    container: dict[str, Any], configmaps: dict[str, dict[str, Any]], secrets: dict[str, dict[str, Any]]
+) -> str | None:
+    """The container's APP_DATABASE__URL: a literal, from a ConfigMap, or from a Secret in the
+    rendering; None when it comes from a Secret made outside the repository (prod)."""
+    env, _ = _container_env(container, configmaps)
+    for item in container.get("env") or []:
+        if item["name"] != "APP_DATABASE__URL":
+            continue
+        ref = (item.get("valueFrom") or {}).get("secretKeyRef")
+        if ref is None:
+            return str(item.get("value", ""))
+        secret = secrets.get(ref.get("name"))
+        if secret is None:
+            return None
+        if ref.get("key") in (secret.get("stringData") or {}):
+            return str(secret["stringData"][ref["key"]])
+        try:
+            return base64.b64decode((secret.get("data") or {}).get(ref.get("key"), "")).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            return ""
+    return env.get("APP_DATABASE__URL")
+
+
+def _database_role(url: str) -> str:
+    """The role a libpq URL logs in as (`?user=` wins over the userinfo); '' when none."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return ""
+    users = parse_qs(parts.query).get("user")
+    return users[-1] if users else parts.username or ""
+
+
+def check_database_roles(report: Report, label: str, urls: dict[str, str | None]) -> None:
+    """Each backend logs in as a role of its own (a least-privilege login that owns just its
+    database, see deploy/postgres/init.sql): never the superuser, never another service's."""
+    services_of: dict[str, list[str]] = {}
+    for service, url in sorted(urls.items()):
+        if url is None:
+            continue  # the Secret comes from outside the repository
+        where = f"{label}/{service}"
+        role = _database_role(url)
+        if not report.check(bool(role), f"{where}: APP_DATABASE__URL names no role (libpq would pick the OS user)"):
+            continue
+        report.check(
+            role not in SUPERUSER_ROLES,
+            f"{where}: APP_DATABASE__URL connects as the superuser {role!r}, not the service's own role",
+        )
+        services_of.setdefault(role, []).append(service)
+    for role, services in sorted(services_of.items()):
+        report.check(len(services) == 1, f"{label}: {', '.join(services)} share the database role {role!r}")
 
 
 # --- every workload: probes, resources, security, PDB, NetworkPolicy ---------------------

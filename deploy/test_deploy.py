@@ -104,6 +104,29 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "compose/order: APP_DATABASE__URLL is not a known config key")
         self.assert_fails(failures, "compose/gateway: gateway has no setting APP_DATABASE__URL")
 
+    def test_a_database_url_as_the_superuser_or_a_shared_or_no_role_fails(self) -> None:
+        compose = copy.deepcopy(self.compose)
+        services = compose["services"]
+        services["order"]["environment"]["APP_DATABASE__URL"] = "postgres://postgres:pw@postgres:5432/sagaworks_order"
+        services["payment"]["environment"]["APP_DATABASE__URL"] = (
+            "postgres://inventory_svc:pw@postgres:5432/sagaworks_payment")
+        k8s = copy.deepcopy(self.k8s)
+
+        def set_secret_url(service: str, url: str) -> None:
+            secret = next(d for d in k8s["dev"] if d["kind"] == "Secret"
+                          and d["metadata"]["name"].startswith(f"{service}-database"))
+            secret["data"]["url"] = base64.b64encode(url.encode()).decode()
+
+        # libpq takes ?user= over the userinfo.
+        set_secret_url("inventory", "postgres://inventory_svc:pw@inventory-db:5432/sagaworks_inventory?user=postgres")
+        set_secret_url("order", "postgres://order-db:5432/sagaworks_order")
+        failures = self.failures(compose=compose, k8s=k8s)
+        self.assert_fails(failures, "compose/order: APP_DATABASE__URL connects as the superuser 'postgres'")
+        self.assert_fails(failures, "compose: inventory, payment share the database role 'inventory_svc'")
+        self.assert_fails(failures, "dev/inventory: APP_DATABASE__URL connects as the superuser 'postgres'")
+        self.assert_fails(failures, "dev/order: APP_DATABASE__URL names no role")
+        self.assertFalse(any("payment" in f for f in failures if f.startswith("dev/")), failures)
+
     def test_wrong_port_or_client_url_fails(self) -> None:
         compose = copy.deepcopy(self.compose)
         compose["services"]["payment"]["environment"]["APP_GRPC__PORT"] = "50052"

@@ -484,3 +484,366 @@ async fn the_configured_admin_role_opens_the_admin_endpoints_and_the_default_one
     let (_, products) = stack.get("/v1/products").await;
     assert_eq!(products["products"].as_array().unwrap().len(), 1);
 }
+
+// --- issue #25: the JWT secret, the deployment profile, rate limits behind a proxy,
+// --- the services' database roles
+
+/// A gateway whose backends are unreachable: enough for what the guard answers alone
+/// (401, 429) and for start-up checks.
+async fn gateway_alone(tweak: impl FnOnce(&mut gateway::config::Settings)) -> Running {
+    let mut s = gateway_settings("http://127.0.0.1:1", "http://127.0.0.1:1", "http://127.0.0.1:1");
+    tweak(&mut s);
+    start_gateway_with(s).await
+}
+
+/// A bucket of `burst` requests refilled at one an hour: no refill can happen during a
+/// test, so every 429 below follows from the requests sent, not from timing.
+fn hourly(s: &mut gateway::config::Settings, burst: u32) {
+    s.rate_limit.burst = burst;
+    s.rate_limit.refill_interval_ms = Some(3_600_000);
+}
+
+fn assert_limited(status: StatusCode, headers: &reqwest::header::HeaderMap, what: &str) {
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{what}");
+    let retry_after: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry_after > 60, "{what}: Retry-After {retry_after}, the bucket refills hourly");
+}
+
+/// The gateway binary with nothing but `env` (and PATH), its stdout and stderr captured.
+fn spawn_gateway(env: &[(&str, &str)]) -> std::process::Child {
+    let mut command = std::process::Command::new(system_tests::processes::binary("gateway"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.spawn().expect("start the gateway binary")
+}
+
+/// Everything the process wrote to stdout and stderr, once it has exited.
+async fn exit_and_output(child: std::process::Child) -> (std::process::ExitStatus, String) {
+    // The deadline measures nothing: it only turns a process that never exits into a failure.
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || child.wait_with_output().expect("wait for the gateway")),
+    )
+    .await
+    .expect("the gateway exits")
+    .expect("the waiting thread");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status, text)
+}
+
+/// `auth.jwt_secret` is a `SecretString`: the gateway logs its settings at start-up
+/// (debug level on, every log line captured) with the secret as `[REDACTED]`, and the
+/// secret appears in no line of its output.
+#[tokio::test]
+async fn the_gateway_logs_its_settings_at_start_up_without_the_jwt_secret() {
+    const SECRET: &str = "process-test-hs256-secret-9f8e7d6c5b4a39281706";
+    let port = sagaworks_test_support::free_port().to_string();
+    let child = spawn_gateway(&[
+        ("APP_HTTP__PORT", &port),
+        ("APP_AUTH__JWT_SECRET", SECRET),
+        ("APP_TELEMETRY__LOG_LEVEL", "debug"),
+        ("APP_TELEMETRY__LOG_FORMAT", "json"),
+        ("APP_ORDER__URL", "http://127.0.0.1:1"),
+        ("APP_INVENTORY__URL", "http://127.0.0.1:1"),
+        ("APP_PAYMENT__URL", "http://127.0.0.1:1"),
+    ]);
+    let http = anonymous();
+    let ready = format!("http://127.0.0.1:{port}/health/ready");
+    sagaworks_test_support::eventually("the gateway to be ready", Duration::from_secs(60), || async {
+        let res = http.get(&ready).send().await.ok()?;
+        (res.status() == StatusCode::OK).then_some(())
+    })
+    .await;
+    // A token signed with the secret passes the guard (and fails further on: no backends).
+    let token = sign_hs256(SECRET, &claims("ops", &["admin"]));
+    let (status, _, _) =
+        send(http.get(format!("http://127.0.0.1:{port}/v1/products")).bearer_auth(&token)).await;
+    assert_ne!(status, StatusCode::UNAUTHORIZED, "the configured secret verifies tokens");
+    let sent = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    assert!(sent.is_ok_and(|s| s.success()), "SIGTERM sent");
+    let (exit, output) = exit_and_output(child).await;
+    assert!(exit.success(), "{exit}\n{output}");
+
+    let settings_line = output
+        .lines()
+        .find(|line| line.contains("gateway settings"))
+        .unwrap_or_else(|| panic!("no settings line in the start-up logs:\n{output}"));
+    assert!(!output.contains(SECRET), "the JWT secret is in the gateway's output:\n{output}");
+    assert!(settings_line.contains("jwt_secret") && settings_line.contains("[REDACTED]"), "{settings_line}");
+}
+
+/// `environment` (APP_ENVIRONMENT): outside `development` the gateway refuses to start
+/// with the development secret, a secret shorter than 32 bytes or auth turned off, with
+/// an error naming the variables (never the secret); in development all of these start.
+#[tokio::test]
+async fn the_development_secret_is_refused_outside_development_and_accepted_in_it() {
+    use gateway::config::{DEV_ONLY_INSECURE_JWT_SECRET, Environment};
+    let short = "0123456789abcdef0123456789abcde"; // 31 bytes
+    let strong = "a-production-secret-of-more-than-32-bytes-3f9c1e";
+    type Tweak<'a> = &'a dyn Fn(&mut gateway::config::Settings);
+    let build = |environment: Environment, tweak: Tweak| {
+        let mut s = gateway_settings("http://127.0.0.1:1", "http://127.0.0.1:1", "http://127.0.0.1:1");
+        s.environment = environment;
+        tweak(&mut s);
+        gateway::startup::Application::build(s)
+    };
+    let refused: [(&str, Tweak, &[&str]); 3] = [
+        (
+            "the development secret",
+            &|s| s.auth.jwt_secret = Some(DEV_ONLY_INSECURE_JWT_SECRET.into()),
+            &["APP_AUTH__JWT_SECRET", "APP_ENVIRONMENT", "development-only"],
+        ),
+        (
+            "a 31-byte secret",
+            &|s| s.auth.jwt_secret = Some(short.into()),
+            &["APP_AUTH__JWT_SECRET", "APP_ENVIRONMENT", "31 bytes"],
+        ),
+        ("auth turned off", &|s| s.auth.enabled = false, &["APP_AUTH__ENABLED", "APP_ENVIRONMENT"]),
+    ];
+    for (what, tweak, names) in refused {
+        let err =
+            build(Environment::Production, tweak).await.err().unwrap_or_else(|| panic!("{what} accepted"));
+        let message = err.to_string();
+        for name in names {
+            assert!(message.contains(name), "{what}: {message}");
+        }
+        assert!(!message.contains(DEV_ONLY_INSECURE_JWT_SECRET) && !message.contains(short), "{message}");
+        assert!(build(Environment::Development, tweak).await.is_ok(), "{what} is fine in development");
+    }
+    let accepted: [(&str, Tweak); 2] = [
+        ("a strong secret", &|s| s.auth.jwt_secret = Some(strong.into())),
+        ("RS256 only", &|s| {
+            s.auth.jwt_secret = None;
+            s.auth.jwks_json = Some(RS256_JWKS.into());
+        }),
+    ];
+    for (what, tweak) in accepted {
+        assert!(build(Environment::Production, tweak).await.is_ok(), "{what} in production");
+    }
+
+    // The real binary, configured the way the k8s prod overlay configures it but with the
+    // development secret: it exits non-zero with the error, before serving anything.
+    let port = sagaworks_test_support::free_port().to_string();
+    let child = spawn_gateway(&[
+        ("APP_HTTP__PORT", &port),
+        ("APP_ENVIRONMENT", "production"),
+        ("APP_AUTH__JWT_SECRET", DEV_ONLY_INSECURE_JWT_SECRET),
+    ]);
+    let (exit, output) = exit_and_output(child).await;
+    assert!(!exit.success(), "the gateway started with the development secret in production:\n{output}");
+    assert!(output.contains("APP_AUTH__JWT_SECRET") && output.contains("APP_ENVIRONMENT"), "{output}");
+}
+
+/// Behind a trusted proxy (127.0.0.1 here, plus 10.0.0.0/8), an anonymous client is
+/// the right-most `X-Forwarded-For` address that is not a trusted proxy: two clients
+/// behind the same proxy get a bucket each, text a client prepends does not move it to
+/// another bucket, trusted hops in the chain are stepped over, and the proxy's own
+/// requests have their own bucket.
+#[tokio::test]
+async fn anonymous_clients_behind_a_trusted_proxy_get_a_bucket_each() {
+    let limited = gateway_alone(|s| {
+        hourly(s, 2);
+        s.rate_limit.trusted_proxies = vec!["127.0.0.1".into(), "10.0.0.0/8".into()];
+    })
+    .await;
+    let http = anonymous();
+    let products = url(&limited, "/v1/products");
+    let via_proxy = |forwarded_for: &str| http.get(&products).header("x-forwarded-for", forwarded_for);
+
+    for client in ["198.51.100.1", "198.51.100.2"] {
+        for i in 0..2 {
+            let (status, _, body) = send(via_proxy(client)).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{client} request {i} is within its budget: {body}");
+        }
+        let (status, headers, _) = send(via_proxy(client)).await;
+        assert_limited(status, &headers, &format!("{client}'s third request"));
+    }
+    let (status, headers, _) = send(via_proxy("203.0.113.77, 198.51.100.1")).await;
+    assert_limited(status, &headers, "198.51.100.1 with a made-up address prepended");
+    let (status, headers, _) = send(via_proxy("198.51.100.2, 10.1.2.3")).await;
+    assert_limited(status, &headers, "198.51.100.2 behind a second trusted proxy");
+    let (status, _, _) = send(http.get(&products)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the proxy's own requests: a bucket of their own");
+}
+
+/// `X-Forwarded-For` from a peer that is not a trusted proxy is ignored: a client
+/// cannot spoof its way into a fresh bucket, whatever address it claims (even one of
+/// the trusted proxies').
+#[tokio::test]
+async fn a_spoofed_x_forwarded_for_from_an_untrusted_peer_does_not_escape_its_bucket() {
+    let limited = gateway_alone(|s| {
+        hourly(s, 2);
+        s.rate_limit.trusted_proxies = vec!["192.0.2.0/24".into()];
+    })
+    .await;
+    let http = anonymous();
+    let products = url(&limited, "/v1/products");
+    let claiming = |forwarded_for: &str| http.get(&products).header("x-forwarded-for", forwarded_for);
+
+    for (i, claim) in ["198.51.100.1", "198.51.100.2"].into_iter().enumerate() {
+        let (status, _, body) = send(claiming(claim)).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "request {i} is within the budget: {body}");
+    }
+    for claim in ["198.51.100.3", "192.0.2.1", "203.0.113.9, 192.0.2.1"] {
+        let (status, headers, _) = send(claiming(claim)).await;
+        assert_limited(status, &headers, &format!("claiming {claim}"));
+    }
+    let (status, headers, _) = send(http.get(&products)).await;
+    assert_limited(status, &headers, "without the header");
+}
+
+/// A verified token's subject is its bucket: one customer exhausting its budget leaves
+/// another's untouched, a different forwarded address does not help the exhausted one,
+/// and anonymous requests from the same address are counted apart.
+#[tokio::test]
+async fn authenticated_subjects_have_a_bucket_each() {
+    let stack = Stack::start().await;
+    let limited = gateway(&stack, |s| {
+        hourly(s, 2);
+        s.rate_limit.trusted_proxies = vec!["127.0.0.1".into()];
+    })
+    .await;
+    let (alice, bob) = (stack.customer(1_000).await, stack.customer(1_000).await);
+    let http = anonymous();
+    let orders_of = |customer: &str| {
+        http.get(url(&limited, &format!("/v1/orders?customer_id={customer}")))
+            .bearer_auth(customer_token(customer))
+    };
+
+    for i in 0..2 {
+        let (status, _, body) = send(orders_of(&alice)).await;
+        assert_eq!(status, StatusCode::OK, "alice request {i}: {body}");
+    }
+    let (status, headers, _) = send(orders_of(&alice)).await;
+    assert_limited(status, &headers, "alice's third request");
+    let (status, headers, _) = send(orders_of(&alice).header("x-forwarded-for", "198.51.100.1")).await;
+    assert_limited(status, &headers, "alice from another address");
+
+    for i in 0..2 {
+        let (status, _, body) = send(orders_of(&bob)).await;
+        assert_eq!(status, StatusCode::OK, "bob request {i}, after alice ran out: {body}");
+    }
+    let (status, headers, _) = send(orders_of(&bob)).await;
+    assert_limited(status, &headers, "bob's third request");
+    let (status, _, _) = send(http.get(url(&limited, "/v1/products"))).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "anonymous requests from the same address: their own bucket"
+    );
+}
+
+/// Drops the roles and databases a test made on the shared server.
+struct DropRoles {
+    admin_url: String,
+    databases: Vec<String>,
+    roles: Vec<String>,
+}
+
+impl Drop for DropRoles {
+    fn drop(&mut self) {
+        let mut sql = String::new();
+        for db in &self.databases {
+            sql.push_str(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE);\n"));
+        }
+        for role in &self.roles {
+            sql.push_str(&format!("DROP ROLE IF EXISTS \"{role}\";\n"));
+        }
+        let _ = psql(&self.admin_url, &sql);
+    }
+}
+
+fn psql(url: &str, sql: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new("psql")
+        .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("psql (scripts/install-deps installs it)");
+    child.stdin.take().expect("stdin").write_all(sql.as_bytes()).expect("feed psql");
+    child.wait_with_output().expect("psql runs")
+}
+
+/// `scripts/dev-up` gives each service a login role of its own, and each service
+/// connects as it (never as `postgres`). The roles are made by dev-up's own SQL, read
+/// from the script and run on the test server for fresh names: each is no superuser,
+/// cannot create roles or databases, owns its database (migrations can create tables),
+/// and is refused by the other services' databases (CONNECT revoked from PUBLIC).
+#[tokio::test]
+async fn dev_up_service_roles_are_unprivileged_and_reach_only_their_own_database() {
+    use sqlx::Connection;
+    use sqlx::postgres::{PgConnectOptions, PgConnection};
+    use std::str::FromStr;
+    const SERVICES: [&str; 3] = ["order", "inventory", "payment"];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
+    let script = std::fs::read_to_string(root.join("scripts/dev-up")).expect("scripts/dev-up");
+    let start = script.find("<<SQL").expect("dev-up creates the roles in a <<SQL here-document");
+    let body = &script[start..][script[start..].find('\n').expect("here-document") + 1..];
+    let sql = &body[..body.find("\nSQL\n").expect("the here-document ends with SQL")];
+    assert!(script.contains(r#"role="${svc}_svc" db="${DBP}_${svc}""#), "dev-up's role and database names");
+    for svc in SERVICES {
+        assert!(
+            script.contains(&format!(r#"APP_DATABASE__URL="postgres://{svc}_svc@"#)),
+            "dev-up starts {svc} as {svc}_svc"
+        );
+    }
+
+    let admin_url = sagaworks_test_support::TestDatabase::admin_url();
+    let prefix = format!("sw_roles_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let names = |svc: &str| (format!("{prefix}_{svc}_svc"), format!("{prefix}_{svc}"));
+    let _cleanup = DropRoles {
+        admin_url: admin_url.clone(),
+        databases: SERVICES.iter().map(|s| names(s).1).collect(),
+        roles: SERVICES.iter().map(|s| names(s).0).collect(),
+    };
+    for svc in SERVICES {
+        let (role, db) = names(svc);
+        let out = psql(&admin_url, &sql.replace("${role}", &role).replace("${db}", &db));
+        assert!(out.status.success(), "dev-up's SQL for {svc}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    let admin = PgConnectOptions::from_str(&admin_url).expect("SW_TEST_PG_URL");
+    for svc in SERVICES {
+        let (role, db) = names(svc);
+        let mut own = PgConnection::connect_with(&admin.clone().username(&role).database(&db))
+            .await
+            .unwrap_or_else(|e| panic!("{role} connects to {db}: {e}"));
+        let privileges: (bool, bool, bool, bool, bool) = sqlx::query_as(
+            "SELECT rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls \
+             FROM pg_roles WHERE rolname = current_user",
+        )
+        .fetch_one(&mut own)
+        .await
+        .expect("its own attributes");
+        assert_eq!(
+            privileges,
+            (false, false, false, false, false),
+            "{role}: super, createrole, createdb, replication, bypassrls"
+        );
+        sqlx::query("CREATE TABLE migrations_can_run (id int)")
+            .execute(&mut own)
+            .await
+            .expect("owns its database");
+        own.close().await.ok();
+        for other in SERVICES.into_iter().filter(|o| *o != svc) {
+            let (_, other_db) = names(other);
+            let refused =
+                PgConnection::connect_with(&admin.clone().username(&role).database(&other_db)).await;
+            match refused {
+                Err(sqlx::Error::Database(e)) => {
+                    assert_eq!(e.code().as_deref(), Some("42501"), "{role} -> {other_db}: {e}");
+                }
+                Err(e) => panic!("{role} -> {other_db}: not a permission error: {e}"),
+                Ok(_) => panic!("{role} connected to {other_db}"),
+            }
+        }
+    }
+}

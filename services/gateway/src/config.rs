@@ -3,11 +3,15 @@
 
 use sagaworks_config::{ListenSettings, TelemetrySettings};
 use sagaworks_resilience::ClientSettings;
-use serde::{Deserialize, Serialize};
+use secrecy::SecretString;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
+    /// Where the gateway runs (APP_ENVIRONMENT): outside `development` it
+    /// refuses the development secret and other unsafe shortcuts at start-up.
+    pub environment: Environment,
     /// The public REST API, health and metrics.
     pub http: ListenSettings,
     pub telemetry: TelemetrySettings,
@@ -19,13 +23,14 @@ pub struct Settings {
     pub api: ApiSettings,
     /// Who may call the API (JWT bearer tokens).
     pub auth: AuthSettings,
-    /// Requests per client (token subject, else client IP).
+    /// Requests per client (token subject, else client address).
     pub rate_limit: RateLimitSettings,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
+            environment: Environment::default(),
             http: ListenSettings::new("127.0.0.1", 8080),
             telemetry: TelemetrySettings::default(),
             order: ClientSettings::with_url("http://127.0.0.1:50051"),
@@ -66,6 +71,31 @@ impl Default for ApiSettings {
     }
 }
 
+/// The deployment profile. `development` (the default, for `scripts/dev-up`,
+/// docker-compose and tests) accepts the development JWT secret; `production`
+/// (the k8s prod overlay) refuses it, an HS256 secret shorter than
+/// [`MIN_JWT_SECRET_BYTES`], and `auth.enabled = false`.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Environment {
+    #[default]
+    Development,
+    Production,
+}
+
+impl std::fmt::Display for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Development => "development",
+            Self::Production => "production",
+        })
+    }
+}
+
+/// The shortest HS256 secret accepted outside development (RFC 7518 3.2: a
+/// key at least as long as the hash output, 256 bits).
+pub const MIN_JWT_SECRET_BYTES: usize = 32;
+
 /// The HS256 secret used by `scripts/dev-up`, docker-compose and the tests.
 /// Anyone can mint tokens with it: never configure it outside development.
 pub const DEV_ONLY_INSECURE_JWT_SECRET: &str = "dev-only-insecure-jwt-secret";
@@ -74,13 +104,16 @@ pub const DEV_ONLY_INSECURE_JWT_SECRET: &str = "dev-only-insecure-jwt-secret";
 /// development) and/or RS256 with keys from a JWKS (`jwks_url`, or
 /// `jwks_json` inline for offline use). Start-up fails when auth is enabled
 /// and no key source is configured; there is no built-in default secret.
-#[derive(Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AuthSettings {
     /// `false` turns authentication and authorization off (local experiments only).
     pub enabled: bool,
-    /// HS256 shared secret (APP_AUTH__JWT_SECRET).
-    pub jwt_secret: Option<String>,
+    /// HS256 shared secret (APP_AUTH__JWT_SECRET). Redacted in `Debug` and
+    /// when serialized ([`REDACTED`]); only the token verifier (and the
+    /// `mint-token` bin) read it.
+    #[serde(serialize_with = "redacted")]
+    pub jwt_secret: Option<SecretString>,
     /// JWKS endpoint of the identity provider for RS256 tokens (APP_AUTH__JWKS_URL).
     pub jwks_url: Option<String>,
     /// A JWKS document inline, instead of fetching `jwks_url`.
@@ -123,7 +156,7 @@ impl std::fmt::Debug for AuthSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuthSettings")
             .field("enabled", &self.enabled)
-            .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "<redacted>"))
+            .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| REDACTED))
             .field("jwks_url", &self.jwks_url)
             .field("jwks_json", &self.jwks_json.as_ref().map(|_| "<inline>"))
             .field("jwks_refresh_secs", &self.jwks_refresh_secs)
@@ -136,18 +169,124 @@ impl std::fmt::Debug for AuthSettings {
     }
 }
 
+/// What a secret serializes as (and shows as in `Debug`).
+pub const REDACTED: &str = "[REDACTED]";
+
+/// Serializes a secret as [`REDACTED`], so the settings can be dumped (and
+/// loaded: `sagaworks_config` serializes the defaults, which hold none).
+fn redacted<S: Serializer>(secret: &Option<SecretString>, serializer: S) -> Result<S::Ok, S::Error> {
+    match secret {
+        Some(_) => serializer.serialize_some(REDACTED),
+        None => serializer.serialize_none(),
+    }
+}
+
 /// `[rate_limit]`: a GCRA bucket per client; `burst` requests at once, refilled
 /// at `per_second`. Over the limit: 429 with Retry-After.
+///
+/// The client is the token's subject, else its IP address: the peer's, or,
+/// when the peer is one of `trusted_proxies`, the right-most address of
+/// `X-Forwarded-For` that is not itself a trusted proxy. `X-Forwarded-For`
+/// from any other peer is ignored, so a client cannot pick its own bucket.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct RateLimitSettings {
     pub enabled: bool,
     pub per_second: u32,
     pub burst: u32,
+    /// One request back every this many milliseconds, instead of `per_second`
+    /// (for rates below one a second, e.g. `3600000`: one an hour).
+    pub refill_interval_ms: Option<u64>,
+    /// The reverse proxies (ingress, load balancer) in front of the gateway:
+    /// IP addresses or CIDR blocks, e.g. `["10.0.0.0/8"]`; in an environment
+    /// variable, comma-separated (APP_RATE_LIMIT__TRUSTED_PROXIES=10.0.0.0/8,192.0.2.7).
+    /// Empty (the default): `X-Forwarded-For` is never read.
+    #[serde(deserialize_with = "list_or_comma_separated")]
+    pub trusted_proxies: Vec<String>,
 }
 
 impl Default for RateLimitSettings {
     fn default() -> Self {
-        Self { enabled: true, per_second: 20, burst: 40 }
+        Self {
+            enabled: true,
+            per_second: 20,
+            burst: 40,
+            refill_interval_ms: None,
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+/// A list, or one string of comma-separated entries (how an `APP_*` variable
+/// spells a list).
+fn list_or_comma_separated<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum ListOrString {
+        List(Vec<String>),
+        String(String),
+    }
+    Ok(match ListOrString::deserialize(deserializer)? {
+        ListOrString::List(list) => list,
+        ListOrString::String(text) => {
+            text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "a-very-secret-value-nobody-may-read-0123456789";
+
+    fn with_secret() -> Settings {
+        let mut settings = Settings::default();
+        settings.auth.jwt_secret = Some(SECRET.into());
+        settings
+    }
+
+    #[test]
+    fn the_jwt_secret_never_shows_in_debug_or_serialized_settings() {
+        let settings = with_secret();
+        for shown in [
+            format!("{settings:?}"),
+            format!("{settings:#?}"),
+            format!("{:?}", settings.auth),
+            serde_json::to_string(&settings).unwrap(),
+        ] {
+            assert!(!shown.contains(SECRET), "the secret leaked: {shown}");
+            assert!(shown.contains(REDACTED), "the secret is shown as set: {shown}");
+        }
+        let json = serde_json::to_value(Settings::default()).unwrap();
+        assert_eq!(json["auth"]["jwt_secret"], serde_json::Value::Null, "no secret, nothing to redact");
+    }
+
+    #[test]
+    fn the_secret_and_the_environment_load_from_the_settings_sources() {
+        let settings: Settings = serde_json::from_value(serde_json::json!({
+            "environment": "production",
+            "auth": { "jwt_secret": SECRET },
+        }))
+        .unwrap();
+        assert_eq!(settings.environment, Environment::Production);
+        use secrecy::ExposeSecret;
+        assert_eq!(settings.auth.jwt_secret.as_ref().map(|s| s.expose_secret()), Some(SECRET));
+        assert_eq!(Settings::default().environment, Environment::Development);
+        let unknown = serde_json::from_value::<Settings>(serde_json::json!({ "environment": "prod" }));
+        assert!(unknown.is_err(), "only development and production");
+    }
+
+    #[test]
+    fn trusted_proxies_are_a_list_or_a_comma_separated_string() {
+        let from = |v: serde_json::Value| {
+            serde_json::from_value::<RateLimitSettings>(serde_json::json!({ "trusted_proxies": v }))
+                .unwrap()
+                .trusted_proxies
+        };
+        assert_eq!(from(serde_json::json!(["10.0.0.0/8", "::1"])), ["10.0.0.0/8", "::1"]);
+        assert_eq!(from(serde_json::json!("10.0.0.0/8, 192.0.2.7,")), ["10.0.0.0/8", "192.0.2.7"]);
+        assert!(from(serde_json::json!("")).is_empty());
+        assert!(RateLimitSettings::default().trusted_proxies.is_empty());
     }
 }

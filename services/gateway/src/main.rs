@@ -9,6 +9,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     let settings: gateway::config::Settings = sagaworks_config::load()?;
     let telemetry = sagaworks_telemetry::init("gateway", env!("CARGO_PKG_VERSION"), &settings.telemetry)?;
+    // Secrets show as [REDACTED] (see `config::AuthSettings`).
+    tracing::info!(settings = ?settings, "gateway settings");
     let shutdown = sagaworks_runtime::shutdown::on_signal();
     // Logs and counts stalls of the runtime (a task blocking a worker thread).
     sagaworks_runtime::watchdog::spawn()?;

@@ -82,7 +82,7 @@ impl Application {
         {
             return Err(StartupError::CorsOrigin(bad.clone()));
         }
-        let auth = Arc::new(Authenticator::new(&settings.auth)?);
+        let auth = Arc::new(Authenticator::new(&settings.auth, settings.environment)?);
         let limiter = Limiter::new(&settings.rate_limit)?.map(Arc::new);
         let listener = sagaworks_runtime::bind(&settings.http)
             .await

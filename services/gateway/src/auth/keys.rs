@@ -10,10 +10,15 @@
 //!
 //! Any other algorithm is refused; so is a JWKS key that is not RSA, so an
 //! `oct` key or an HS256 token can never be checked against public material.
+//!
+//! This is the one place that reads the HS256 secret (`expose_secret`);
+//! outside `environment = "development"` it refuses the development secret
+//! and any secret shorter than [`MIN_JWT_SECRET_BYTES`].
 
-use crate::config::AuthSettings;
+use crate::config::{AuthSettings, DEV_ONLY_INSECURE_JWT_SECRET, Environment, MIN_JWT_SECRET_BYTES};
 use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
+use secrecy::ExposeSecret;
 use serde::Deserialize;
 use std::time::{Duration, Instant};
 use tokio::sync::RwLock;
@@ -26,11 +31,28 @@ pub enum ConfigError {
         "auth is enabled but no signing key is configured: set auth.jwt_secret (APP_AUTH__JWT_SECRET, HS256) \
          or auth.jwks_url (APP_AUTH__JWKS_URL, RS256) or auth.jwks_json; for local development use \
          APP_AUTH__JWT_SECRET={dev}",
-        dev = crate::config::DEV_ONLY_INSECURE_JWT_SECRET
+        dev = DEV_ONLY_INSECURE_JWT_SECRET
     )]
     NoKeys,
     #[error("auth.jwt_secret must not be empty")]
     EmptySecret,
+    #[error(
+        "auth.jwt_secret (APP_AUTH__JWT_SECRET) is the development-only secret, refused with \
+         environment = {environment} (APP_ENVIRONMENT): set a random secret of at least \
+         {MIN_JWT_SECRET_BYTES} bytes, or verify RS256 tokens with auth.jwks_url (APP_AUTH__JWKS_URL)"
+    )]
+    DevSecret { environment: Environment },
+    #[error(
+        "auth.jwt_secret (APP_AUTH__JWT_SECRET) is {bytes} bytes long, refused with \
+         environment = {environment} (APP_ENVIRONMENT): use a random secret of at least \
+         {MIN_JWT_SECRET_BYTES} bytes"
+    )]
+    ShortSecret { bytes: usize, environment: Environment },
+    #[error(
+        "auth.enabled = false (APP_AUTH__ENABLED) is refused with environment = {environment} \
+         (APP_ENVIRONMENT): turning authentication off is for development only"
+    )]
+    AuthDisabled { environment: Environment },
     #[error("auth.jwks_json is not a JWKS document: {0}")]
     Jwks(#[source] serde_json::Error),
     #[error("auth.jwks_url and auth.jwks_json are both set; choose one")]
@@ -85,10 +107,23 @@ pub struct Verifier {
 }
 
 impl Verifier {
-    pub fn new(settings: &AuthSettings) -> Result<Self, ConfigError> {
-        let secret = match settings.jwt_secret.as_deref() {
+    /// Outside [`Environment::Development`], an HS256 secret must not be the
+    /// development one and must be at least [`MIN_JWT_SECRET_BYTES`] long.
+    pub fn new(settings: &AuthSettings, environment: Environment) -> Result<Self, ConfigError> {
+        let secret = match settings.jwt_secret.as_ref().map(|s| s.expose_secret()) {
             Some("") => return Err(ConfigError::EmptySecret),
-            Some(s) => Some(DecodingKey::from_secret(s.as_bytes())),
+            Some(s) => {
+                let production = environment != Environment::Development;
+                if s == DEV_ONLY_INSECURE_JWT_SECRET {
+                    if production {
+                        return Err(ConfigError::DevSecret { environment });
+                    }
+                    tracing::warn!("auth.jwt_secret is the development secret: anyone can mint tokens");
+                } else if production && s.len() < MIN_JWT_SECRET_BYTES {
+                    return Err(ConfigError::ShortSecret { bytes: s.len(), environment });
+                }
+                Some(DecodingKey::from_secret(s.as_bytes()))
+            }
             None => None,
         };
         let jwks = match (&settings.jwks_url, &settings.jwks_json) {
@@ -108,9 +143,6 @@ impl Verifier {
         };
         if secret.is_none() && jwks.is_none() {
             return Err(ConfigError::NoKeys);
-        }
-        if settings.jwt_secret.as_deref() == Some(crate::config::DEV_ONLY_INSECURE_JWT_SECRET) {
-            tracing::warn!("auth.jwt_secret is the development secret: anyone can mint tokens");
         }
         Ok(Self {
             secret,
@@ -233,6 +265,9 @@ mod tests {
     use jsonwebtoken::{EncodingKey, Header, encode};
     use serde_json::json;
 
+    const DEV: Environment = Environment::Development;
+    const PROD: Environment = Environment::Production;
+
     fn settings() -> AuthSettings {
         AuthSettings { jwt_secret: Some("unit-test-secret".into()), ..Default::default() }
     }
@@ -247,18 +282,41 @@ mod tests {
 
     #[test]
     fn no_key_source_is_a_start_up_error() {
-        let err = Verifier::new(&AuthSettings::default()).err().expect("refused");
+        let err = Verifier::new(&AuthSettings::default(), DEV).err().expect("refused");
         assert!(matches!(err, ConfigError::NoKeys));
         assert!(err.to_string().contains("APP_AUTH__JWT_SECRET"), "{err}");
-        let empty = AuthSettings { jwt_secret: Some(String::new()), ..Default::default() };
-        assert!(matches!(Verifier::new(&empty), Err(ConfigError::EmptySecret)));
+        let empty = AuthSettings { jwt_secret: Some("".into()), ..Default::default() };
+        assert!(matches!(Verifier::new(&empty, DEV), Err(ConfigError::EmptySecret)));
         let bad = AuthSettings { jwks_json: Some("{".into()), ..Default::default() };
-        assert!(matches!(Verifier::new(&bad), Err(ConfigError::Jwks(_))));
+        assert!(matches!(Verifier::new(&bad, DEV), Err(ConfigError::Jwks(_))));
+    }
+
+    #[test]
+    fn outside_development_the_dev_secret_and_short_secrets_are_refused() {
+        let with = |secret: &str| AuthSettings { jwt_secret: Some(secret.into()), ..Default::default() };
+        let dev_secret = with(DEV_ONLY_INSECURE_JWT_SECRET);
+        let err = Verifier::new(&dev_secret, PROD).err().expect("the dev secret is refused in production");
+        assert!(matches!(err, ConfigError::DevSecret { .. }), "{err}");
+        let message = err.to_string();
+        for names in ["APP_AUTH__JWT_SECRET", "APP_ENVIRONMENT", "production"] {
+            assert!(message.contains(names), "{message}");
+        }
+        assert!(!message.contains(DEV_ONLY_INSECURE_JWT_SECRET), "the error repeats the secret: {message}");
+        let short = "0123456789abcdef0123456789abcde"; // 31 bytes
+        let err = Verifier::new(&with(short), PROD).err().expect("a short secret is refused in production");
+        assert!(matches!(err, ConfigError::ShortSecret { bytes: 31, .. }), "{err}");
+        assert!(!err.to_string().contains(short), "{err}");
+        assert!(Verifier::new(&with(&format!("{short}f")), PROD).is_ok(), "32 bytes are enough");
+        // Development takes both, and RS256-only production needs no secret.
+        assert!(Verifier::new(&dev_secret, DEV).is_ok());
+        assert!(Verifier::new(&with(short), DEV).is_ok());
+        let jwks_only = AuthSettings { jwks_json: Some(r#"{"keys":[]}"#.into()), ..Default::default() };
+        assert!(Verifier::new(&jwks_only, PROD).is_ok());
     }
 
     #[tokio::test]
     async fn hs256_claims_are_checked() {
-        let v = Verifier::new(&settings()).unwrap();
+        let v = Verifier::new(&settings(), DEV).unwrap();
         let ok = token("unit-test-secret", json!({"sub": "c1", "roles": ["admin"], "exp": exp(60)}));
         let claims = v.verify(&ok).await.unwrap();
         assert_eq!((claims.sub.as_str(), claims.roles), ("c1", vec!["admin".to_string()]));
@@ -275,7 +333,7 @@ mod tests {
     #[tokio::test]
     async fn issuer_and_audience_are_enforced_when_configured() {
         let s = AuthSettings { issuer: Some("idp".into()), audience: Some("sagaworks".into()), ..settings() };
-        let v = Verifier::new(&s).unwrap();
+        let v = Verifier::new(&s, DEV).unwrap();
         let good =
             token("unit-test-secret", json!({"sub": "c", "exp": exp(60), "iss": "idp", "aud": "sagaworks"}));
         assert!(v.verify(&good).await.is_ok());
@@ -293,7 +351,7 @@ mod tests {
     #[tokio::test]
     async fn hs256_is_refused_when_only_a_jwks_is_configured() {
         let s = AuthSettings { jwks_json: Some(r#"{"keys":[]}"#.into()), ..Default::default() };
-        let v = Verifier::new(&s).unwrap();
+        let v = Verifier::new(&s, DEV).unwrap();
         let t = token("anything", json!({"sub": "c", "exp": exp(60)}));
         assert!(matches!(v.verify(&t).await, Err(VerifyError::Invalid(m)) if m.contains("HS256")));
     }

@@ -11,7 +11,7 @@
 pub mod keys;
 
 use crate::api::AppState;
-use crate::config::AuthSettings;
+use crate::config::{AuthSettings, Environment};
 use crate::error::ApiError;
 use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
 use axum::http::request::Parts;
@@ -87,8 +87,12 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    pub fn new(settings: &AuthSettings) -> Result<Self, ConfigError> {
-        let verifier = if settings.enabled { Some(Verifier::new(settings)?) } else { None };
+    /// Outside development, auth must be on and an HS256 secret strong (see [`Verifier::new`]).
+    pub fn new(settings: &AuthSettings, environment: Environment) -> Result<Self, ConfigError> {
+        if !settings.enabled && environment != Environment::Development {
+            return Err(ConfigError::AuthDisabled { environment });
+        }
+        let verifier = if settings.enabled { Some(Verifier::new(settings, environment)?) } else { None };
         if verifier.is_none() {
             tracing::warn!("auth.enabled = false: every request is treated as an admin");
         }
@@ -123,18 +127,18 @@ fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
 }
 
 /// Middleware of the `/v1` routes: authenticate, rate-limit (per subject,
-/// else per client IP, so failed logins are limited too), then run the handler
+/// else per client IP, so failed logins are limited too; behind a trusted
+/// proxy the IP comes from `X-Forwarded-For`, see [`crate::ratelimit`]), then run the handler
 /// with the [`Caller`] in the request's extensions.
 pub async fn guard(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let caller = state.auth.authenticate(req.headers()).await;
     if let Some(limiter) = &state.limiter {
-        let key = match &caller {
-            Ok(Some(c)) => format!("sub:{}", c.subject),
-            _ => match req.extensions().get::<ConnectInfo<SocketAddr>>() {
-                Some(ConnectInfo(addr)) => format!("ip:{}", addr.ip()),
-                None => "ip:unknown".to_string(),
-            },
+        let subject = match &caller {
+            Ok(Some(c)) => Some(c.subject.as_str()),
+            _ => None,
         };
+        let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| *addr);
+        let key = limiter.key(subject, peer, req.headers());
         if let Err(limited) = limiter.check(&key) {
             return limited.into_response();
         }

@@ -11,6 +11,7 @@
 use anyhow::bail;
 use clap::Parser;
 use jsonwebtoken::{EncodingKey, Header, encode};
+use secrecy::ExposeSecret;
 use serde_json::json;
 
 /// Print an HS256 bearer token for the gateway, signed with its development secret.
@@ -46,7 +47,7 @@ fn non_empty(s: &str) -> Result<String, String> {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let settings: gateway::config::Settings = sagaworks_config::load()?;
-    let Some(secret) = settings.auth.jwt_secret.filter(|s| !s.is_empty()) else {
+    let Some(secret) = settings.auth.jwt_secret.filter(|s| !s.expose_secret().is_empty()) else {
         bail!("auth.jwt_secret is not set (APP_AUTH__JWT_SECRET); only HS256 tokens can be minted here");
     };
     let now = chrono::Utc::now().timestamp();
@@ -57,7 +58,8 @@ fn main() -> anyhow::Result<()> {
     if let Some(aud) = settings.auth.audience {
         claims["aud"] = aud.into();
     }
-    let token = encode(&Header::default(), &claims, &EncodingKey::from_secret(secret.as_bytes()))?;
+    let key = EncodingKey::from_secret(secret.expose_secret().as_bytes());
+    let token = encode(&Header::default(), &claims, &key)?;
     println!("{token}");
     Ok(())
 }
