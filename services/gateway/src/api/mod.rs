@@ -6,7 +6,7 @@ pub mod inspector;
 pub mod orders;
 pub mod sagas;
 
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, Gate};
 use crate::config::ApiSettings;
 use crate::error::ApiError;
 use crate::ratelimit::Limiter;
@@ -160,7 +160,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/dlq/{topic}/messages/{id}", get(dlq::get_message))
         .route("/v1/admin/dlq/{topic}/messages/{id}/discard", post(dlq::discard))
         .route("/v1/admin/dlq/{topic}/replay", post(dlq::replay))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::guard));
+        .route_layer(axum::middleware::from_fn_with_state(
+            Gate { auth: state.auth.clone(), limiter: state.limiter.clone() },
+            crate::auth::guard,
+        ));
     Router::new()
         .merge(guarded)
         .merge(inspector::routes())

@@ -10,9 +10,9 @@
 
 pub mod keys;
 
-use crate::api::AppState;
 use crate::config::{AuthSettings, Environment};
 use crate::error::ApiError;
+use crate::ratelimit::Limiter;
 use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
@@ -20,6 +20,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use keys::{ConfigError, Verifier, VerifyError};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// An authenticated client: the token's `sub` and `roles`.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,13 +127,22 @@ fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
     }
 }
 
+/// What [`guard`] needs, and no more (so this module does not depend on the
+/// API's state, which depends on it).
+#[derive(Clone)]
+pub struct Gate {
+    pub auth: Arc<Authenticator>,
+    /// `None` when rate limiting is disabled.
+    pub limiter: Option<Arc<Limiter>>,
+}
+
 /// Middleware of the `/v1` routes: authenticate, rate-limit (per subject,
 /// else per client IP, so failed logins are limited too; behind a trusted
 /// proxy the IP comes from `X-Forwarded-For`, see [`crate::ratelimit`]), then run the handler
 /// with the [`Caller`] in the request's extensions.
-pub async fn guard(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    let caller = state.auth.authenticate(req.headers()).await;
-    if let Some(limiter) = &state.limiter {
+pub async fn guard(State(gate): State<Gate>, mut req: Request, next: Next) -> Response {
+    let caller = gate.auth.authenticate(req.headers()).await;
+    if let Some(limiter) = &gate.limiter {
         let subject = match &caller {
             Ok(Some(c)) => Some(c.subject.as_str()),
             _ => None,
