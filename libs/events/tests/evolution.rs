@@ -5,7 +5,6 @@
 //! first, per its settings; once upgraded, a replay of the parked event is
 //! handled.
 
-use futures::future::BoxFuture;
 use sagaworks_config::KafkaSettings;
 use sagaworks_events::OrderConfirmed;
 use sagaworks_events::order::v1;
@@ -52,28 +51,22 @@ impl<E: Reservations> Handler for Reads<E> {
         event.is::<E>()
     }
 
-    fn handle<'a>(
-        &'a self,
-        tx: &'a mut PgConnection,
-        event: &'a ReceivedEvent,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            let confirmed: E = event.decode()?;
-            sqlx::query(
-                "INSERT INTO handled (grp, event_id, built_with, schema_version, data_schema, reservation_ids)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(self.group)
-            .bind(event.id)
-            .bind(E::VERSION)
-            .bind(event.schema_version)
-            .bind(&event.data_schema)
-            .bind(confirmed.reservations())
-            .execute(tx)
-            .await
-            .map_err(|e| HandlerError::Retryable(e.to_string()))?;
-            Ok(())
-        })
+    async fn handle(&self, tx: &mut PgConnection, event: &ReceivedEvent) -> Result<(), HandlerError> {
+        let confirmed: E = event.decode()?;
+        sqlx::query(
+            "INSERT INTO handled (grp, event_id, built_with, schema_version, data_schema, reservation_ids)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(self.group)
+        .bind(event.id)
+        .bind(E::VERSION)
+        .bind(event.schema_version)
+        .bind(&event.data_schema)
+        .bind(confirmed.reservations())
+        .execute(tx)
+        .await
+        .map_err(|e| HandlerError::Retryable(e.to_string()))?;
+        Ok(())
     }
 }
 

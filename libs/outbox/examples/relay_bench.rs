@@ -20,7 +20,6 @@
 //! Then it checks that the consumer handled every event once (inbox count)
 //! and each aggregate in order.
 
-use futures::future::BoxFuture;
 use sagaworks_config::KafkaSettings;
 use sagaworks_outbox::{
     Consumer, ConsumerSettings, Handler, HandlerError, NewEvent, OutboxWriter, ReceivedEvent, Relay,
@@ -86,26 +85,20 @@ struct Probe {
 struct ProbeHandler(Arc<Probe>);
 
 impl Handler for ProbeHandler {
-    fn handle<'a>(
-        &'a self,
-        _tx: &'a mut PgConnection,
-        event: &'a ReceivedEvent,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            let now = Instant::now();
-            let n = event
-                .json::<serde_json::Value>()
-                .ok()
-                .and_then(|p| p["n"].as_i64())
-                .ok_or_else(|| HandlerError::Permanent("no n".into()))?;
-            let mut last = self.0.last_n.lock().unwrap();
-            let prev = last.insert(event.aggregate_id.clone(), n);
-            if prev.is_some_and(|p| p >= n) {
-                *self.0.out_of_order.lock().unwrap() += 1;
-            }
-            self.0.handled.lock().unwrap().insert(event.id, now);
-            Ok(())
-        })
+    async fn handle(&self, _tx: &mut PgConnection, event: &ReceivedEvent) -> Result<(), HandlerError> {
+        let now = Instant::now();
+        let n = event
+            .json::<serde_json::Value>()
+            .ok()
+            .and_then(|p| p["n"].as_i64())
+            .ok_or_else(|| HandlerError::Permanent("no n".into()))?;
+        let mut last = self.0.last_n.lock().unwrap();
+        let prev = last.insert(event.aggregate_id.clone(), n);
+        if prev.is_some_and(|p| p >= n) {
+            *self.0.out_of_order.lock().unwrap() += 1;
+        }
+        self.0.handled.lock().unwrap().insert(event.id, now);
+        Ok(())
     }
 }
 

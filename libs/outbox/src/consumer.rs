@@ -64,7 +64,6 @@ use crate::crash::{self, ConsumerCrashPoint};
 use crate::kafka::{self, TopicSettings, headers};
 use crate::metrics as m;
 use chrono::{DateTime, Utc};
-use futures::future::BoxFuture;
 use opentelemetry::trace::Status;
 use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
 use rdkafka::message::{Header, Headers, Message, OwnedMessage};
@@ -224,11 +223,12 @@ pub trait Handler: Send + Sync + 'static {
         true
     }
 
-    fn handle<'a>(
-        &'a self,
-        tx: &'a mut PgConnection,
-        event: &'a ReceivedEvent,
-    ) -> BoxFuture<'a, Result<(), HandlerError>>;
+    /// Implement it as an `async fn` (its future must be `Send`).
+    fn handle(
+        &self,
+        tx: &mut PgConnection,
+        event: &ReceivedEvent,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send;
 
     /// Handles the new events of one transaction (several when `batch_size`
     /// is above 1), in partition order; `spans[i]` is the `process {topic}`
@@ -236,18 +236,18 @@ pub trait Handler: Send + Sync + 'static {
     /// event inside its span. Override it to write a batch in fewer
     /// statements; an error rolls the whole batch back, and its messages are
     /// then handled one at a time (a batch of one each).
-    fn handle_many<'a>(
-        &'a self,
-        tx: &'a mut PgConnection,
-        events: &'a [&'a ReceivedEvent],
-        spans: &'a [tracing::Span],
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
+    fn handle_many(
+        &self,
+        tx: &mut PgConnection,
+        events: &[&ReceivedEvent],
+        spans: &[tracing::Span],
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send {
+        async move {
             for (event, span) in events.iter().zip(spans) {
                 self.handle(tx, event).instrument(span.clone()).await?;
             }
             Ok(())
-        })
+        }
     }
 }
 

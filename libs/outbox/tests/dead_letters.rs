@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use futures::future::BoxFuture;
 use sagaworks_outbox::dead_letters::{
     DeadLetter, DeadLetterError, ListFilter, MessageId, Operator, Selector, State,
 };
@@ -28,32 +27,26 @@ struct Gate {
 }
 
 impl Handler for Gate {
-    fn handle<'a>(
-        &'a self,
-        tx: &'a mut PgConnection,
-        event: &'a ReceivedEvent,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            let p: serde_json::Value = event.json().map_err(|e| HandlerError::Permanent(e.to_string()))?;
-            let account = p["account"].as_str().unwrap_or_default().to_string();
-            let broken: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM broken WHERE account = $1)")
-                .bind(&account)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(|e| HandlerError::Retryable(e.to_string()))?;
-            if self.gated && broken {
-                return Err(HandlerError::Permanent(format!("account {account} is broken")));
-            }
-            sqlx::query("INSERT INTO handled (grp, event_id, account, n) VALUES ($1, $2, $3, $4)")
-                .bind(self.group)
-                .bind(event.id)
-                .bind(&account)
-                .bind(p["n"].as_i64().unwrap_or_default())
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| HandlerError::Retryable(e.to_string()))?;
-            Ok(())
-        })
+    async fn handle(&self, tx: &mut PgConnection, event: &ReceivedEvent) -> Result<(), HandlerError> {
+        let p: serde_json::Value = event.json().map_err(|e| HandlerError::Permanent(e.to_string()))?;
+        let account = p["account"].as_str().unwrap_or_default().to_string();
+        let broken: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM broken WHERE account = $1)")
+            .bind(&account)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| HandlerError::Retryable(e.to_string()))?;
+        if self.gated && broken {
+            return Err(HandlerError::Permanent(format!("account {account} is broken")));
+        }
+        sqlx::query("INSERT INTO handled (grp, event_id, account, n) VALUES ($1, $2, $3, $4)")
+            .bind(self.group)
+            .bind(event.id)
+            .bind(&account)
+            .bind(p["n"].as_i64().unwrap_or_default())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| HandlerError::Retryable(e.to_string()))?;
+        Ok(())
     }
 }
 

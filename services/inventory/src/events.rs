@@ -3,7 +3,6 @@
 
 use crate::error::Error;
 use crate::stock::{self, ToCommit};
-use futures::future::BoxFuture;
 use sagaworks_events::OrderConfirmed;
 use sagaworks_outbox::{Handler, HandlerError, OutboxWriter, ReceivedEvent};
 use sqlx::PgConnection;
@@ -48,39 +47,31 @@ impl Handler for OrderEvents {
         event.is::<OrderConfirmed>()
     }
 
-    fn handle<'a>(
-        &'a self,
-        tx: &'a mut PgConnection,
-        event: &'a ReceivedEvent,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            let requests = to_commit(event, &tracing::Span::current())?;
-            stock::commit_all(tx, &self.outbox, &requests).await.map_err(handler_error)?;
-            Ok(())
-        })
+    async fn handle(&self, tx: &mut PgConnection, event: &ReceivedEvent) -> Result<(), HandlerError> {
+        let requests = to_commit(event, &tracing::Span::current())?;
+        stock::commit_all(tx, &self.outbox, &requests).await.map_err(handler_error)?;
+        Ok(())
     }
 
     /// A batch of confirmed orders is two statements, whatever its size
     /// ([`stock::commit_all`]); its database span is a child of the first
     /// event's span, linked to the others. A bad event fails the batch, whose
     /// events are then handled one at a time.
-    fn handle_many<'a>(
-        &'a self,
-        tx: &'a mut PgConnection,
-        events: &'a [&'a ReceivedEvent],
-        spans: &'a [tracing::Span],
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            let mut requests = Vec::with_capacity(events.len());
-            for (event, span) in events.iter().zip(spans) {
-                requests.extend(to_commit(event, span)?);
-            }
-            let Some(first) = spans.first() else { return Ok(()) };
-            stock::commit_all(tx, &self.outbox, &requests)
-                .instrument(first.clone())
-                .await
-                .map_err(handler_error)?;
-            Ok(())
-        })
+    async fn handle_many(
+        &self,
+        tx: &mut PgConnection,
+        events: &[&ReceivedEvent],
+        spans: &[tracing::Span],
+    ) -> Result<(), HandlerError> {
+        let mut requests = Vec::with_capacity(events.len());
+        for (event, span) in events.iter().zip(spans) {
+            requests.extend(to_commit(event, span)?);
+        }
+        let Some(first) = spans.first() else { return Ok(()) };
+        stock::commit_all(tx, &self.outbox, &requests)
+            .instrument(first.clone())
+            .await
+            .map_err(handler_error)?;
+        Ok(())
     }
 }

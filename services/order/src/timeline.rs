@@ -1,7 +1,6 @@
 //! The per-order event timeline: every event on the order, reservation and
 //! payment topics that names an order is recorded for `GetOrder`.
 
-use futures::future::BoxFuture;
 use sagaworks_events::{
     OrderCancelled, OrderConfirmed, OrderCreated, PaymentCharged, PaymentRefunded, StockCommitted,
     StockReleased, StockReserved,
@@ -74,21 +73,17 @@ impl Handler for Timeline {
         AboutAnOrder::reads(&event.event_type)
     }
 
-    fn handle<'a>(
-        &'a self,
-        tx: &'a mut PgConnection,
-        event: &'a ReceivedEvent,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move { record(tx, &[event]).await })
+    async fn handle(&self, tx: &mut PgConnection, event: &ReceivedEvent) -> Result<(), HandlerError> {
+        record(tx, &[event]).await
     }
 
     /// A whole batch is one INSERT.
-    fn handle_many<'a>(
-        &'a self,
-        tx: &'a mut PgConnection,
-        events: &'a [&'a ReceivedEvent],
-        _spans: &'a [tracing::Span],
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(record(tx, events))
+    async fn handle_many(
+        &self,
+        tx: &mut PgConnection,
+        events: &[&ReceivedEvent],
+        _spans: &[tracing::Span],
+    ) -> Result<(), HandlerError> {
+        record(tx, events).await
     }
 }

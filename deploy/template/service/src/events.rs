@@ -4,7 +4,6 @@
 //! The consumer runs the handler inside the transaction that records the event
 //! in the inbox, so a redelivered event changes nothing.
 
-use futures::future::BoxFuture;
 use sagaworks_events::OrderConfirmed;
 use sagaworks_outbox::{Handler, HandlerError, ReceivedEvent};
 use sqlx::PgConnection;
@@ -18,24 +17,18 @@ impl Handler for OrderEvents {
         event.is::<OrderConfirmed>()
     }
 
-    fn handle<'a>(
-        &'a self,
-        tx: &'a mut PgConnection,
-        event: &'a ReceivedEvent,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            // The contract's type: older versions upcast, a newer one parked
-            // (dlq_reason=unsupported_schema_version) until this service is rebuilt.
-            let confirmed: OrderConfirmed = event.decode()?;
-            sqlx::query(
-                "INSERT INTO confirmed_orders (order_id, total_cents) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            )
-            .bind(confirmed.order_id)
-            .bind(confirmed.total_cents)
-            .execute(tx)
-            .await
-            .map_err(|e| HandlerError::Retryable(e.to_string()))?;
-            Ok(())
-        })
+    async fn handle(&self, tx: &mut PgConnection, event: &ReceivedEvent) -> Result<(), HandlerError> {
+        // The contract's type: older versions upcast, a newer one parked
+        // (dlq_reason=unsupported_schema_version) until this service is rebuilt.
+        let confirmed: OrderConfirmed = event.decode()?;
+        sqlx::query(
+            "INSERT INTO confirmed_orders (order_id, total_cents) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        )
+        .bind(confirmed.order_id)
+        .bind(confirmed.total_cents)
+        .execute(tx)
+        .await
+        .map_err(|e| HandlerError::Retryable(e.to_string()))?;
+        Ok(())
     }
 }

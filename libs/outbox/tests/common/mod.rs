@@ -4,7 +4,6 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
-use futures::future::BoxFuture;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -264,36 +263,30 @@ pub struct Recorder {
 }
 
 impl Handler for Recorder {
-    fn handle<'a>(
-        &'a self,
-        tx: &'a mut PgConnection,
-        event: &'a ReceivedEvent,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            let attempt = {
-                let mut a = self.attempts.lock().unwrap();
-                let e = a.entry(event.id).or_default();
-                *e += 1;
-                *e
-            };
-            self.traceparents.lock().unwrap().push(event.traceparent.clone());
-            let p: serde_json::Value = event.json().map_err(|e| HandlerError::Permanent(e.to_string()))?;
-            let n = p["n"].as_i64().ok_or_else(|| HandlerError::Permanent("no n".into()))?;
-            if self.script.permanent.contains(&n) {
-                return Err(HandlerError::Permanent(format!("event {n} is marked bad")));
-            }
-            if self.script.fail_attempts.get(&n).is_some_and(|until| attempt < *until) {
-                return Err(HandlerError::Retryable(format!("attempt {attempt} of event {n}")));
-            }
-            sqlx::query("INSERT INTO effects (event_id, aggregate_id, n) VALUES ($1, $2, $3)")
-                .bind(event.id)
-                .bind(&event.aggregate_id)
-                .bind(n)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| HandlerError::Retryable(e.to_string()))?;
-            Ok(())
-        })
+    async fn handle(&self, tx: &mut PgConnection, event: &ReceivedEvent) -> Result<(), HandlerError> {
+        let attempt = {
+            let mut a = self.attempts.lock().unwrap();
+            let e = a.entry(event.id).or_default();
+            *e += 1;
+            *e
+        };
+        self.traceparents.lock().unwrap().push(event.traceparent.clone());
+        let p: serde_json::Value = event.json().map_err(|e| HandlerError::Permanent(e.to_string()))?;
+        let n = p["n"].as_i64().ok_or_else(|| HandlerError::Permanent("no n".into()))?;
+        if self.script.permanent.contains(&n) {
+            return Err(HandlerError::Permanent(format!("event {n} is marked bad")));
+        }
+        if self.script.fail_attempts.get(&n).is_some_and(|until| attempt < *until) {
+            return Err(HandlerError::Retryable(format!("attempt {attempt} of event {n}")));
+        }
+        sqlx::query("INSERT INTO effects (event_id, aggregate_id, n) VALUES ($1, $2, $3)")
+            .bind(event.id)
+            .bind(&event.aggregate_id)
+            .bind(n)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| HandlerError::Retryable(e.to_string()))?;
+        Ok(())
     }
 }
 
