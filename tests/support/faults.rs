@@ -24,8 +24,7 @@ pub async fn restart_inventory_with_faults(stack: &mut Stack) {
         fault: sagaworks_runtime::fault::FaultSettings { enabled: true },
         ..Default::default()
     };
-    stack.inventory =
-        Running::start_on_same_port::<inventory::startup::Application>("inventory", settings).await;
+    stack.inventory = Running::start_on_same_port::<crate::Inventory>("inventory", settings).await;
 }
 
 /// Starts payment on `grpc_port` (where a killed one ran) as soon as the port is free.
@@ -37,7 +36,7 @@ pub async fn start_payment_on(db: &TestDatabase, kafka: &KafkaSettings, grpc_por
         kafka: kafka.clone(),
         ..Default::default()
     };
-    Running::start_on_same_port::<payment::startup::Application>("payment", settings).await
+    Running::start_on_same_port::<crate::Payment>("payment", settings).await
 }
 
 fn fault_url(http_port: u16) -> String {

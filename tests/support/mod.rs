@@ -3,142 +3,65 @@
 //! [`Stack::start`] runs inventory, payment, order and the gateway as real
 //! servers on free local ports, each service with a fresh database of its
 //! own on the local PostgreSQL server. Each service runs on a Tokio runtime
-//! of its own ([`Running`]), so killing it ends everything it started (saga
-//! drivers, connections, its pool) at once, as `kill -9` ends a process, and
-//! it can be started again on the same database and port.
+//! of its own ([`Running`], from `sagaworks_test_support`), so killing it ends
+//! everything it started (saga drivers, connections, its pool) at once, as
+//! `kill -9` ends a process, and it can be started again on the same database
+//! and port.
 
 pub mod auth;
 pub mod faults;
 pub mod operations;
 pub mod processes;
+pub mod services;
 
-use futures::future::BoxFuture;
 use reqwest::StatusCode;
 use sagaworks_config::{KafkaSettings, ListenSettings};
 use sagaworks_resilience::ClientSettings;
+pub use sagaworks_test_support::{App, Running};
 use sagaworks_test_support::{Broker, TestDatabase};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// What the helpers need of a service's `startup::Application`.
-pub trait App: Sized + Send + 'static {
-    type Settings: Clone + Send + 'static;
-    type Error: std::fmt::Debug + Send + 'static;
-    fn build(settings: Self::Settings) -> BoxFuture<'static, Result<Self, Self::Error>>;
-    /// gRPC and HTTP ports (the gateway has no gRPC port: 0).
-    fn ports(&self) -> (u16, u16);
-    /// Serves until `stop` is cancelled.
-    fn run(self, stop: CancellationToken) -> BoxFuture<'static, ()>;
-}
-
+/// The services' applications as [`App`]s ([`Running`] comes from
+/// `sagaworks_test_support`; a newtype each, as the orphan rule requires).
 macro_rules! app {
-    ($service:ident, |$app:ident| $ports:expr, |$stop:ident| $run:expr) => {
-        impl App for $service::startup::Application {
+    ($name:ident, $service:ident, |$app:ident| $ports:expr, |$stop:ident| $run:expr) => {
+        pub struct $name($service::startup::Application);
+
+        impl App for $name {
             type Settings = $service::config::Settings;
             type Error = $service::startup::StartupError;
-            fn build(settings: Self::Settings) -> BoxFuture<'static, Result<Self, Self::Error>> {
-                Box::pin(Self::build(settings))
+            async fn build(settings: Self::Settings) -> Result<Self, Self::Error> {
+                $service::startup::Application::build(settings).await.map($name)
             }
             fn ports(&self) -> (u16, u16) {
-                let $app = self;
+                let $app = &self.0;
                 $ports
             }
-            fn run(self, $stop: CancellationToken) -> BoxFuture<'static, ()> {
-                let $app = self;
-                Box::pin(async move { $run })
+            async fn run(self, $stop: CancellationToken) {
+                let $app = self.0;
+                $run
             }
         }
     };
 }
 
-app!(inventory, |app| (app.grpc_port(), app.http_port()), |stop| {
+app!(Inventory, inventory, |app| (app.grpc_port(), app.http_port()), |stop| {
     app.run_until_stopped(stop).await.expect("inventory runs")
 });
-app!(payment, |app| (app.grpc_port(), app.http_port()), |stop| {
+app!(Payment, payment, |app| (app.grpc_port(), app.http_port()), |stop| {
     app.run_until_stopped(stop).await.expect("payment runs")
 });
 // A crashed (fault-injected) replica may be killed at any point.
-app!(order, |app| (app.grpc_port(), app.http_port()), |stop| {
+app!(Order, order, |app| (app.grpc_port(), app.http_port()), |stop| {
     let _ = app.run_until_stopped(stop).await;
 });
-app!(gateway, |app| (0, app.port()), |stop| app.run_until_stopped(stop).await.expect("gateway runs"));
-
-/// A service running on a Tokio runtime of its own, as in a process of its own.
-pub struct Running {
-    token: CancellationToken,
-    task: Option<JoinHandle<()>>,
-    runtime: Option<tokio::runtime::Runtime>,
-    pub grpc_port: u16,
-    pub http_port: u16,
-}
-
-impl Running {
-    /// Builds (connects, migrates, binds) and runs `A` on a runtime of its own.
-    pub async fn start<A: App>(settings: A::Settings) -> Result<Self, A::Error> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("service")
-            .enable_all()
-            .build()
-            .expect("a runtime for the service");
-        let app = match runtime.spawn(A::build(settings)).await.expect("start-up does not panic") {
-            Ok(app) => app,
-            Err(e) => {
-                runtime.shutdown_background();
-                return Err(e);
-            }
-        };
-        let (grpc_port, http_port) = app.ports();
-        let token = CancellationToken::new();
-        let task = runtime.spawn(app.run(token.clone()));
-        Ok(Self { token, task: Some(task), runtime: Some(runtime), grpc_port, http_port })
-    }
-
-    /// Like [`Running::start`], retrying while the port of a service that was
-    /// just killed is still taken.
-    pub async fn start_on_same_port<A: App>(what: &str, settings: A::Settings) -> Self {
-        let mut last = None;
-        for _ in 0..50 {
-            match Self::start::<A>(settings.clone()).await {
-                Ok(running) => return running,
-                Err(e) => last = Some(e),
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("{what} did not start again on its port: {last:?}");
-    }
-
-    /// Stops dead, like `kill -9`: the service's runtime goes, and with it
-    /// every task it spawned (saga drivers, connections, its pool): no
-    /// draining, leases stay held, open transactions roll back.
-    pub fn kill(&mut self) {
-        self.task.take();
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
-    }
-
-    /// Graceful shutdown.
-    pub async fn stop(&mut self) {
-        self.token.cancel();
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
-        }
-        self.kill();
-    }
-
-    pub fn grpc_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.grpc_port)
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+app!(Gateway, gateway, |app| (0, app.port()), |stop| app
+    .run_until_stopped(stop)
+    .await
+    .expect("gateway runs"));
 
 fn local(port: u16) -> ListenSettings {
     ListenSettings::new("127.0.0.1", port)
@@ -159,7 +82,7 @@ pub async fn start_inventory(db: &TestDatabase, kafka: &KafkaSettings, grpc_port
         kafka: kafka.clone(),
         ..Default::default()
     };
-    Running::start::<inventory::startup::Application>(settings).await.expect("inventory starts")
+    Running::start::<Inventory>(settings).await.expect("inventory starts")
 }
 
 pub async fn start_payment(db: &TestDatabase, kafka: &KafkaSettings, grpc_port: u16) -> Running {
@@ -170,7 +93,7 @@ pub async fn start_payment(db: &TestDatabase, kafka: &KafkaSettings, grpc_port: 
         kafka: kafka.clone(),
         ..Default::default()
     };
-    Running::start::<payment::startup::Application>(settings).await.expect("payment starts")
+    Running::start::<Payment>(settings).await.expect("payment starts")
 }
 
 /// Order settings for tests: short leases and polls so resumption is quick.
@@ -200,7 +123,7 @@ pub fn order_settings(
 }
 
 pub async fn start_order(settings: order::config::Settings) -> Running {
-    Running::start::<order::startup::Application>(settings).await.expect("order starts")
+    Running::start::<Order>(settings).await.expect("order starts")
 }
 
 /// Gateway settings for tests, with test auth ([`auth::use_test_auth`]).
@@ -228,7 +151,7 @@ pub async fn start_gateway(order_url: &str, inventory_url: &str, payment_url: &s
 }
 
 pub async fn start_gateway_with(settings: gateway::config::Settings) -> Running {
-    Running::start::<gateway::startup::Application>(settings).await.expect("gateway starts")
+    Running::start::<Gateway>(settings).await.expect("gateway starts")
 }
 
 /// The whole system.
@@ -291,7 +214,7 @@ impl Stack {
             order_settings(&self.order_db, &self.kafka, &self.inventory.grpc_url(), &self.payment.grpc_url());
         settings.grpc.port = self.order.grpc_port;
         tweak(&mut settings);
-        self.order = Running::start_on_same_port::<order::startup::Application>("order", settings).await;
+        self.order = Running::start_on_same_port::<Order>("order", settings).await;
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {

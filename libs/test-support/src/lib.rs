@@ -5,6 +5,8 @@
 //!   dropped again when the value is dropped. Tests never share a database.
 //! * [`Broker`] — a real Kafka-protocol broker (Tansu) on a free port, started
 //!   per test; can be stopped and restarted on the same port to test outages.
+//! * [`Running`] — a service under test on a Tokio runtime of its own, killed
+//!   like a process (`kill -9`) or stopped gracefully; services plug in through [`App`].
 //! * [`free_port`], [`init_logs`], [`eventually`], [`watch_runtime`].
 //!
 //! Nothing here skips: when Postgres or the broker binary is missing the
@@ -13,9 +15,11 @@
 mod broker;
 mod database;
 pub mod otlp;
+mod service;
 
 pub use broker::Broker;
 pub use database::TestDatabase;
+pub use service::{App, Running};
 
 use std::future::Future;
 use std::time::{Duration, Instant};
