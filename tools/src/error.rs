@@ -3,7 +3,9 @@
 /// What can go wrong running a tool; every variant names its cause.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
-    /// A bad command line (unknown flag, missing value, unparsable number).
+    /// Bad input the command line pointed at (a fixture without products or
+    /// customers, a malformed kills line, an order id that is not a UUID);
+    /// clap rejects bad flags before a command runs.
     #[error("{0}")]
     Usage(String),
     #[error("HTTP: {0}")]

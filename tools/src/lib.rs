@@ -11,11 +11,11 @@
 //! * [`cpu`]: the machine's busy CPU time, for the CPU a saga costs.
 //! * [`pg`]: connections to the service databases and the server's commit counter.
 //!
-//! The binary (`sagaworks-tools seed|load|check`) wires them to flags.
+//! The binary (`sagaworks-tools seed|load|check`) wires them to the flags of [`cli`].
 
 pub mod api;
-pub mod args;
 pub mod check;
+pub mod cli;
 pub mod cpu;
 pub mod error;
 pub mod fixture;

@@ -1,53 +1,36 @@
-//! `sagaworks-tools seed|load|check`: see the crate docs and scripts/load, scripts/chaos.
+//! `sagaworks-tools seed|load|check`: see `--help`, the crate docs and scripts/load, scripts/chaos.
 
+use clap::Parser;
 use sagaworks_config::KafkaSettings;
-use sagaworks_tools::args::Flags;
 use sagaworks_tools::check::coverage::{Kill, Minimums};
 use sagaworks_tools::check::events::Required;
 use sagaworks_tools::check::{self, Verdict};
+use sagaworks_tools::cli::{CheckArgs, Cli, Command, GatewayArgs, LoadArgs, SeedArgs};
 use sagaworks_tools::cpu::CpuTimes;
-use sagaworks_tools::load::{self, LoadPlan};
+use sagaworks_tools::load;
 use sagaworks_tools::pg::{self, Databases};
-use sagaworks_tools::{Api, Fixture, SeedPlan, Tokens, ToolError};
-use std::path::PathBuf;
+use sagaworks_tools::{Api, Fixture, ToolError};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-const USAGE: &str = "usage:
-  sagaworks-tools seed  --out FILE [--api URL] [--products N] [--customers N] [--stock UNITS] [--credit-cents C]
-                        [--poor-customers N] [--poor-credit-cents C]
-  sagaworks-tools load  --fixture FILE [--api URL] [--concurrency N] [--duration-secs S] [--lines N]
-                        [--max-quantity Q] [--accepted-out FILE] [--pg-admin URL] [--commit-ceiling TPS]
-  sagaworks-tools check --fixture FILE [--accepted FILE] [--pg-admin URL] [--db-prefix P] [--settle-secs S]
-                        [--brokers HOST:PORT --topic-prefix P [--kafka-since RFC3339 --min-kafka-share F]]
-                        [--kills FILE] [--min-accepted N]
-                        [--min-confirmed N] [--min-cancelled N] [--min-resumed N] [--min-kills-under-load N]
-Gateway auth: SW_TOKEN (one bearer token for every call), or SW_JWT_SECRET (HS256 secret: mints an admin
-token for seeding and a token per customer for its orders; SW_JWT_ISSUER / SW_JWT_AUDIENCE if required).";
-
-const DEFAULT_API: &str = "http://127.0.0.1:8080";
-const DEFAULT_PG: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
-fn api(flags: &mut Flags) -> Result<Api, ToolError> {
-    let base: String = flags.or("api", DEFAULT_API.to_string())?;
-    Api::new(&base, Tokens::from_env(), Duration::from_secs(30))
+/// The gateway client of `seed` and `load`.
+fn api(gateway: &GatewayArgs) -> Result<Api, ToolError> {
+    Api::new(&gateway.api, gateway.tokens(), Duration::from_secs(30))
 }
 
-async fn seed(mut flags: Flags) -> Result<ExitCode, ToolError> {
-    let api = api(&mut flags)?;
-    let out: PathBuf = flags.required("out")?;
-    let plan = SeedPlan {
-        products: flags.or("products", 200)?,
-        customers: flags.or("customers", 200)?,
-        stock: flags.or("stock", 1_000_000)?,
-        credit_cents: flags.or("credit-cents", 100_000_000_000)?,
-        poor_customers: flags.or("poor-customers", 0)?,
-        poor_credit_cents: flags.or("poor-credit-cents", 20_000)?,
-    };
-    flags.finish()?;
+/// Reads a file given by a flag.
+fn read(path: &Path) -> Result<String, ToolError> {
+    std::fs::read_to_string(path).map_err(|source| ToolError::Io { path: path.display().to_string(), source })
+}
+
+async fn seed(args: SeedArgs) -> Result<ExitCode, ToolError> {
+    let api = api(&args.gateway)?;
+    let out = &args.out;
+    let plan = args.plan();
     let fixture = Fixture::seed(&api, &plan).await?;
-    fixture.save(&out)?;
+    fixture.save(out)?;
     println!(
         "seeded {} products ({} units each) and {} customers ({} with {} cents, the others {} cents) -> {}",
         plan.products,
@@ -61,21 +44,12 @@ async fn seed(mut flags: Flags) -> Result<ExitCode, ToolError> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn run_load(mut flags: Flags) -> Result<ExitCode, ToolError> {
-    let api = Arc::new(api(&mut flags)?);
-    let fixture = Arc::new(Fixture::load(&flags.required::<PathBuf>("fixture")?)?);
-    let plan = LoadPlan {
-        concurrency: flags.or("concurrency", 32)?,
-        duration: Duration::from_secs(flags.or("duration-secs", 30)?),
-        lines: flags.or("lines", 2)?,
-        max_quantity: flags.or("max-quantity", 3)?,
-    };
-    let accepted_out: Option<PathBuf> = flags.optional("accepted-out")?;
-    let pg_admin: String = flags.or("pg-admin", DEFAULT_PG.to_string())?;
-    let ceiling: Option<f64> = flags.optional("commit-ceiling")?;
-    flags.finish()?;
+async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
+    let api = Arc::new(api(&args.gateway)?);
+    let fixture = Arc::new(Fixture::load(&args.fixture)?);
+    let plan = args.plan();
 
-    let admin = pg::connect(&pg_admin, "postgres").await?;
+    let admin = pg::connect(&args.pg_admin, "postgres").await?;
     let commits_before = pg::server_commits(&admin).await?;
     let cpu_before = CpuTimes::read();
     let mut report = load::run(api, fixture, plan.clone()).await?;
@@ -84,7 +58,7 @@ async fn run_load(mut flags: Flags) -> Result<ExitCode, ToolError> {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let commits = pg::server_commits(&admin).await? - commits_before;
 
-    if let Some(path) = &accepted_out {
+    if let Some(path) = &args.accepted_out {
         let ids: String = report.accepted.iter().map(|(id, _)| format!("{id}\n")).collect();
         std::fs::write(path, ids)
             .map_err(|source| ToolError::Io { path: path.display().to_string(), source })?;
@@ -128,7 +102,7 @@ async fn run_load(mut flags: Flags) -> Result<ExitCode, ToolError> {
             1e3 * cpu.busy_secs / completed
         );
     }
-    if let Some(tps) = ceiling {
+    if let Some(tps) = args.commit_ceiling {
         println!(
             "  commit ceiling (pgbench, same server): {tps:.0} tps; sagas/s = {:.1}% of it; commit rate = {:.0}% of it",
             100.0 * rate / tps,
@@ -138,46 +112,33 @@ async fn run_load(mut flags: Flags) -> Result<ExitCode, ToolError> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn run_check(mut flags: Flags) -> Result<ExitCode, ToolError> {
-    let fixture = Fixture::load(&flags.required::<PathBuf>("fixture")?)?;
-    let accepted = match flags.optional::<PathBuf>("accepted")? {
+async fn run_check(args: CheckArgs) -> Result<ExitCode, ToolError> {
+    let fixture = Fixture::load(&args.fixture)?;
+    let accepted: Vec<String> = match &args.accepted {
         None => Vec::new(),
-        Some(path) => std::fs::read_to_string(&path)
-            .map_err(|source| ToolError::Io { path: path.display().to_string(), source })?
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| l.trim().to_string())
-            .collect(),
+        Some(path) => {
+            read(path)?.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect()
+        }
     };
-    let pg_admin: String = flags.or("pg-admin", DEFAULT_PG.to_string())?;
-    let prefix: String = flags.or("db-prefix", "sagaworks".to_string())?;
-    let settle = Duration::from_secs(flags.or("settle-secs", 60)?);
-    let brokers: Option<String> = flags.optional("brokers")?;
-    let topic_prefix: String = flags.or("topic-prefix", "sagaworks".to_string())?;
-    let since: Option<chrono::DateTime<chrono::Utc>> = flags.optional("kafka-since")?;
-    let min_share: f64 = flags.or("min-kafka-share", 0.0)?;
-    let required = match since {
+    let settle = Duration::from_secs(args.settle_secs);
+    let required = match args.kafka_since {
         None => Required::All,
-        Some(since) => Required::Since { since, min_share },
+        Some(since) => Required::Since { since, min_share: args.min_kafka_share },
     };
-    let kafka_timeout = Duration::from_secs(flags.or("kafka-timeout-secs", 60)?);
-    let kills = match flags.optional::<PathBuf>("kills")? {
+    let kafka_timeout = Duration::from_secs(args.kafka_timeout_secs);
+    let kills = match &args.kills {
         None => Vec::new(),
-        Some(path) => Kill::parse(
-            &std::fs::read_to_string(&path)
-                .map_err(|source| ToolError::Io { path: path.display().to_string(), source })?,
-        )?,
+        Some(path) => Kill::parse(&read(path)?)?,
     };
     let minimums = Minimums {
-        accepted: flags.or("min-accepted", 0)?,
-        confirmed: flags.or("min-confirmed", 0)?,
-        cancelled: flags.or("min-cancelled", 0)?,
-        resumed: flags.or("min-resumed", 0)?,
-        kills_under_load: flags.or("min-kills-under-load", 0)?,
+        accepted: args.min_accepted,
+        confirmed: args.min_confirmed,
+        cancelled: args.min_cancelled,
+        resumed: args.min_resumed,
+        kills_under_load: args.min_kills_under_load,
     };
-    flags.finish()?;
 
-    let dbs = Databases::connect(&pg_admin, &prefix).await?;
+    let dbs = Databases::connect(&args.pg_admin, &args.db_prefix).await?;
     let customers = check::uuids("fixture customer", fixture.customers.iter().map(|c| c.id.as_str()))?;
     let accepted = check::uuids("accepted order", accepted.iter().map(String::as_str))?;
     let mut verdicts: Vec<Verdict> = Vec::new();
@@ -188,8 +149,9 @@ async fn run_check(mut flags: Flags) -> Result<ExitCode, ToolError> {
     report(check::orders::terminal(&dbs.order, &customers, &accepted, settle).await?);
     report(check::stock::conserved(&dbs, &fixture.products, &customers, settle).await?);
     report(check::money::balanced(&dbs.order, &dbs.payment, &fixture.customers).await?);
-    if let Some(brokers) = brokers {
-        let kafka = KafkaSettings { brokers, topic_prefix, properties: Default::default() };
+    if let Some(brokers) = args.brokers {
+        let kafka =
+            KafkaSettings { brokers, topic_prefix: args.topic_prefix, properties: Default::default() };
         report(check::events::drained(&dbs, settle).await?);
         report(check::events::exactly_once(&dbs, &kafka, required, kafka_timeout).await?);
     }
@@ -203,25 +165,15 @@ async fn run_check(mut flags: Flags) -> Result<ExitCode, ToolError> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let mut args = std::env::args().skip(1);
-    let command = args.next().unwrap_or_default();
-    let result = match Flags::parse(args) {
-        Err(e) => Err(e),
-        Ok(flags) => match command.as_str() {
-            "seed" => seed(flags).await,
-            "load" => run_load(flags).await,
-            "check" => run_check(flags).await,
-            _ => Err(ToolError::Usage(format!("unknown command {command:?}"))),
-        },
+    // Usage errors (and --help, --version) exit here: 2 with clap's message, or 0.
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Seed(args) => seed(args).await,
+        Command::Load(args) => run_load(args).await,
+        Command::Check(args) => run_check(args).await,
     };
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("sagaworks-tools: {e}");
-            if matches!(e, ToolError::Usage(_)) {
-                eprintln!("{USAGE}");
-            }
-            ExitCode::from(2)
-        }
-    }
+    result.unwrap_or_else(|e| {
+        eprintln!("sagaworks-tools: {e}");
+        ExitCode::from(2)
+    })
 }

@@ -66,12 +66,24 @@ impl Tokens {
     /// From the environment: `SW_TOKEN` (fixed), else `SW_JWT_SECRET` (minted,
     /// with `SW_JWT_ISSUER` / `SW_JWT_AUDIENCE` if the gateway requires them), else none.
     pub fn from_env() -> Self {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        if let Some(token) = var("SW_TOKEN") {
+        let var = |name: &str| std::env::var(name).ok();
+        Self::from_parts(var("SW_TOKEN"), var("SW_JWT_SECRET"), var("SW_JWT_ISSUER"), var("SW_JWT_AUDIENCE"))
+    }
+
+    /// A fixed `token`, else minted with `secret` (and `issuer` / `audience`
+    /// if given), else none; an empty value counts as not given.
+    pub fn from_parts(
+        token: Option<String>,
+        secret: Option<String>,
+        issuer: Option<String>,
+        audience: Option<String>,
+    ) -> Self {
+        let given = |v: Option<String>| v.filter(|v| !v.is_empty());
+        if let Some(token) = given(token) {
             return Self::Fixed(token);
         }
-        match var("SW_JWT_SECRET") {
-            Some(secret) => Self::Minted(Minter::new(&secret, var("SW_JWT_ISSUER"), var("SW_JWT_AUDIENCE"))),
+        match given(secret) {
+            Some(secret) => Self::Minted(Minter::new(&secret, given(issuer), given(audience))),
             None => Self::None,
         }
     }

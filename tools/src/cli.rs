@@ -1,0 +1,424 @@
+//! The command line of `sagaworks-tools` (clap derive types). Run
+//! `sagaworks-tools help <command>` (or `<command> --help`) for each
+//! command's flags and an example; scripts/load and scripts/chaos show them
+//! in use.
+
+use crate::Tokens;
+use crate::fixture::SeedPlan;
+use crate::load::LoadPlan;
+use chrono::{DateTime, Utc};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The gateway `seed` and `load` talk to unless `--api` says otherwise.
+pub const DEFAULT_API: &str = "http://127.0.0.1:8080";
+/// The PostgreSQL server (any database on it) `load` and `check` connect to.
+pub const DEFAULT_PG: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// The after-text of the top-level `--help`: the exit codes.
+pub const EXIT_CODES: &str = "\
+Exit codes:
+  0  ok
+  1  check: an invariant failed
+  2  usage error (bad flags, bad fixture or kills file), or the run failed (API, database, Kafka, files)";
+
+/// Seed data, generate load and check the invariants of a running sagaworks system.
+///
+/// `seed` creates products and customers through the gateway and saves them as a
+/// fixture; `load` places orders for the fixture's customers with closed-loop
+/// workers and reports throughput and saga latency; `check` verifies, after the
+/// load stopped, that every order settled, stock and money add up and every event
+/// reached Kafka exactly once. scripts/load and scripts/chaos run all three.
+#[derive(Debug, Parser)]
+#[command(name = "sagaworks-tools", version, after_help = EXIT_CODES, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create products and customers through the gateway; save them as a fixture (JSON).
+    #[command(after_long_help = "\
+The first --poor-customers customers get only --poor-credit-cents, so their orders
+soon fail the charge and take the compensation path.
+
+Examples:
+  sagaworks-tools seed --out fixture.json
+  SW_JWT_SECRET=dev-only-insecure-jwt-secret \\
+      sagaworks-tools seed --out fixture.json --products 40 --customers 40 --poor-customers 8 --poor-credit-cents 30000")]
+    Seed(SeedArgs),
+
+    /// Place orders (POST /v1/orders) with closed-loop workers; report sagas/s, latency, commits, CPU.
+    #[command(after_long_help = "\
+Each worker places an order (a random customer of the fixture, 1 to --lines random
+products, 1 to --max-quantity units each) and waits for the answer before the next.
+The PostgreSQL server's commit counter (pg_stat_database) is read before and after.
+
+Examples:
+  sagaworks-tools load --fixture fixture.json --concurrency 64 --duration-secs 60
+  sagaworks-tools load --fixture fixture.json --accepted-out accepted.txt --commit-ceiling 5200")]
+    Load(LoadArgs),
+
+    /// Check the invariants after a run; exits 1 when one fails.
+    #[command(after_long_help = "\
+Always checked: orders terminal, stock conserved, money balanced. With --brokers also
+that every outbox row was published and every event is on Kafka exactly once (after
+dedup). With --kills or any --min-* also that the run did enough to mean something.
+
+Examples:
+  sagaworks-tools check --fixture fixture.json --accepted accepted.txt
+  sagaworks-tools check --fixture fixture.json --accepted accepted.txt --settle-secs 120 \\
+      --brokers 127.0.0.1:9092 --kills kills.txt --min-accepted 100 --min-cancelled 1")]
+    Check(CheckArgs),
+}
+
+/// The gateway and its credentials (`seed`, `load`).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Gateway")]
+pub struct GatewayArgs {
+    /// The gateway's base URL (http or https).
+    #[arg(long, value_name = "URL", default_value = DEFAULT_API, value_parser = parse_api)]
+    pub api: String,
+
+    /// One bearer token for every call (wins over --jwt-secret).
+    #[arg(long, value_name = "TOKEN", env = "SW_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// The gateway's HS256 secret: mints an admin token for seeding and a token per customer for its orders.
+    #[arg(long, value_name = "SECRET", env = "SW_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+
+    /// `iss` of minted tokens, if the gateway requires one.
+    #[arg(long, value_name = "ISS", env = "SW_JWT_ISSUER", hide_env_values = true)]
+    pub jwt_issuer: Option<String>,
+
+    /// `aud` of minted tokens, if the gateway requires one.
+    #[arg(long, value_name = "AUD", env = "SW_JWT_AUDIENCE", hide_env_values = true)]
+    pub jwt_audience: Option<String>,
+}
+
+impl GatewayArgs {
+    /// The bearer tokens: `--token`, else minted with `--jwt-secret`, else none.
+    pub fn tokens(&self) -> Tokens {
+        Tokens::from_parts(
+            self.token.clone(),
+            self.jwt_secret.clone(),
+            self.jwt_issuer.clone(),
+            self.jwt_audience.clone(),
+        )
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(allow_negative_numbers = true)]
+pub struct SeedArgs {
+    /// Write the fixture (the created products and customers) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+
+    /// How many products to create.
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    pub products: usize,
+
+    /// How many customers to create.
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    pub customers: usize,
+
+    /// Initial stock of each product, in units.
+    #[arg(long, value_name = "UNITS", default_value_t = 1_000_000, value_parser = clap::value_parser!(i64).range(0..))]
+    pub stock: i64,
+
+    /// Initial credit of each customer (but the poor ones), in cents.
+    #[arg(long, value_name = "C", default_value_t = 100_000_000_000, value_parser = clap::value_parser!(i64).range(0..))]
+    pub credit_cents: i64,
+
+    /// How many of the customers get only --poor-credit-cents.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub poor_customers: usize,
+
+    /// Initial credit of each poor customer, in cents.
+    #[arg(long, value_name = "C", default_value_t = 20_000, value_parser = clap::value_parser!(i64).range(0..))]
+    pub poor_credit_cents: i64,
+
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+}
+
+impl SeedArgs {
+    pub fn plan(&self) -> SeedPlan {
+        SeedPlan {
+            products: self.products,
+            customers: self.customers,
+            stock: self.stock,
+            credit_cents: self.credit_cents,
+            poor_customers: self.poor_customers,
+            poor_credit_cents: self.poor_credit_cents,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(allow_negative_numbers = true)]
+pub struct LoadArgs {
+    /// The fixture `seed` wrote.
+    #[arg(long, value_name = "FILE")]
+    pub fixture: PathBuf,
+
+    /// How many closed-loop workers (orders in flight).
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
+    pub concurrency: u64,
+
+    /// How long to place orders, in seconds.
+    #[arg(long, value_name = "S", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub duration_secs: u64,
+
+    /// Up to this many lines (distinct random products) per order.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lines: u64,
+
+    /// Up to this many units per line.
+    #[arg(long, value_name = "Q", default_value_t = 3, value_parser = clap::value_parser!(i64).range(1..))]
+    pub max_quantity: i64,
+
+    /// Write the ids of the accepted orders to this file, one a line (for `check --accepted`).
+    #[arg(long, value_name = "FILE")]
+    pub accepted_out: Option<PathBuf>,
+
+    /// The PostgreSQL server whose commit counter is read, as a URL.
+    #[arg(long, value_name = "URL", default_value = DEFAULT_PG)]
+    pub pg_admin: String,
+
+    /// The server's commit ceiling in transactions/s (e.g. from pgbench): reports sagas/s and commits/s against it.
+    #[arg(long, value_name = "TPS", value_parser = parse_positive)]
+    pub commit_ceiling: Option<f64>,
+
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+}
+
+impl LoadArgs {
+    pub fn plan(&self) -> LoadPlan {
+        LoadPlan {
+            concurrency: usize::try_from(self.concurrency).unwrap_or(usize::MAX),
+            duration: Duration::from_secs(self.duration_secs),
+            lines: usize::try_from(self.lines).unwrap_or(usize::MAX),
+            max_quantity: self.max_quantity,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(allow_negative_numbers = true)]
+pub struct CheckArgs {
+    /// The fixture `seed` wrote (its customers' orders, its products' stock).
+    #[arg(long, value_name = "FILE")]
+    pub fixture: PathBuf,
+
+    /// Order ids the gateway accepted, one a line (`load --accepted-out`): each must exist and be terminal.
+    #[arg(long, value_name = "FILE")]
+    pub accepted: Option<PathBuf>,
+
+    /// The PostgreSQL server of the service databases, as a URL.
+    #[arg(long, value_name = "URL", default_value = DEFAULT_PG)]
+    pub pg_admin: String,
+
+    /// The service databases are <P>_order, <P>_inventory, <P>_payment.
+    #[arg(long, value_name = "P", default_value = "sagaworks")]
+    pub db_prefix: String,
+
+    /// Wait up to this many seconds for sagas to settle and outboxes to drain.
+    #[arg(long, value_name = "S", default_value_t = 60)]
+    pub settle_secs: u64,
+
+    /// Kafka bootstrap servers: also check the outboxes drained and every event is on Kafka exactly once.
+    #[arg(long, value_name = "HOST:PORT", help_heading = "Kafka")]
+    pub brokers: Option<String>,
+
+    /// Prefix of the topic names.
+    #[arg(long, value_name = "P", default_value = "sagaworks", help_heading = "Kafka")]
+    pub topic_prefix: String,
+
+    /// Only events published since this time (RFC 3339) must be on Kafka: the broker lost its log then.
+    #[arg(long, value_name = "RFC3339", requires = "brokers", help_heading = "Kafka")]
+    pub kafka_since: Option<DateTime<Utc>>,
+
+    /// With --kafka-since: the least share (0 to 1) of all events that must have been published since then.
+    #[arg(
+        long,
+        value_name = "F",
+        default_value_t = 0.0,
+        value_parser = parse_share,
+        requires = "kafka_since",
+        help_heading = "Kafka"
+    )]
+    pub min_kafka_share: f64,
+
+    /// Give up reading the topics after this many seconds.
+    #[arg(long, value_name = "S", default_value_t = 60, help_heading = "Kafka")]
+    pub kafka_timeout_secs: u64,
+
+    /// The process kills of a chaos run, one a line: `target how killed_at restarted_at load_running`.
+    #[arg(long, value_name = "FILE", help_heading = "Coverage")]
+    pub kills: Option<PathBuf>,
+
+    /// Fail unless at least this many orders were accepted.
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Coverage")]
+    pub min_accepted: u64,
+
+    /// Fail unless at least this many accepted orders ended CONFIRMED.
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Coverage")]
+    pub min_confirmed: u64,
+
+    /// Fail unless at least this many accepted orders ended CANCELLED.
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Coverage")]
+    pub min_cancelled: u64,
+
+    /// Fail unless at least this many sagas were resumed after a kill of the order service.
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Coverage")]
+    pub min_resumed: u64,
+
+    /// Fail unless at least this many kills landed while the load ran.
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Coverage")]
+    pub min_kills_under_load: u64,
+}
+
+/// An `http` or `https` base URL with a host (kept as given).
+fn parse_api(s: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(s).map_err(|e| format!("not a URL: {e}"))?;
+    match url.scheme() {
+        "http" | "https" if url.has_host() => Ok(s.to_string()),
+        _ => Err("must be an http:// or https:// URL with a host".into()),
+    }
+}
+
+/// A finite number above 0.
+fn parse_positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        Ok(_) => Err("must be a number above 0".into()),
+        Err(_) => Err(format!("{s:?} is not a number")),
+    }
+}
+
+/// A share: a number from 0 to 1.
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        Ok(_) => Err("must be from 0 to 1".into()),
+        Err(_) => Err(format!("{s:?} is not a number")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Cli::try_parse_from([&["sagaworks-tools"], args].concat()).map(|cli| cli.command)
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_are_those_of_the_scripts() {
+        let Command::Seed(seed) = parse(&["seed", "--out", "f.json"]).unwrap() else { panic!("not seed") };
+        assert_eq!(seed.out, PathBuf::from("f.json"));
+        assert_eq!(seed.gateway.api, DEFAULT_API);
+        let plan = seed.plan();
+        assert_eq!((plan.products, plan.customers, plan.stock), (200, 200, 1_000_000));
+        assert_eq!(
+            (plan.credit_cents, plan.poor_customers, plan.poor_credit_cents),
+            (100_000_000_000, 0, 20_000)
+        );
+
+        let Command::Load(load) = parse(&["load", "--fixture", "f.json"]).unwrap() else {
+            panic!("not load")
+        };
+        let plan = load.plan();
+        assert_eq!(
+            (plan.concurrency, plan.duration, plan.lines, plan.max_quantity),
+            (32, Duration::from_secs(30), 2, 3)
+        );
+        assert_eq!(
+            (load.accepted_out, load.pg_admin.as_str(), load.commit_ceiling),
+            (None, DEFAULT_PG, None)
+        );
+
+        let Command::Check(check) = parse(&["check", "--fixture", "f.json"]).unwrap() else {
+            panic!("not check")
+        };
+        assert_eq!((check.db_prefix.as_str(), check.topic_prefix.as_str()), ("sagaworks", "sagaworks"));
+        assert_eq!((check.settle_secs, check.kafka_timeout_secs, check.min_kafka_share), (60, 60, 0.0));
+        assert_eq!((check.brokers, check.kafka_since, check.kills, check.accepted), (None, None, None, None));
+        assert_eq!(check.pg_admin, DEFAULT_PG);
+        assert_eq!(
+            [
+                check.min_accepted,
+                check.min_confirmed,
+                check.min_cancelled,
+                check.min_resumed,
+                check.min_kills_under_load
+            ],
+            [0; 5]
+        );
+    }
+
+    #[test]
+    fn the_chaos_check_command_line_parses() {
+        let Command::Check(check) = parse(&[
+            "check",
+            "--fixture",
+            "f",
+            "--accepted",
+            "a",
+            "--pg-admin",
+            "postgres://x@h/postgres",
+            "--db-prefix",
+            "sw7",
+            "--settle-secs",
+            "120",
+            "--brokers",
+            "127.0.0.1:9092",
+            "--topic-prefix",
+            "sagaworks",
+            "--kafka-since",
+            "2026-01-02T03:04:05Z",
+            "--min-kafka-share",
+            "0.5",
+            "--kills",
+            "k",
+            "--min-accepted",
+            "100",
+            "--min-confirmed",
+            "10",
+            "--min-cancelled",
+            "1",
+            "--min-resumed",
+            "2",
+            "--min-kills-under-load",
+            "3",
+        ])
+        .unwrap() else {
+            panic!("not check")
+        };
+        assert_eq!(check.kafka_since, Some("2026-01-02T03:04:05Z".parse().unwrap()));
+        assert_eq!((check.min_kafka_share, check.min_kills_under_load, check.settle_secs), (0.5, 3, 120));
+    }
+
+    #[test]
+    fn rejects_values_that_make_no_sense() {
+        assert!(parse(&["load", "--fixture", "f", "--concurrency", "0"]).is_err());
+        assert!(parse(&["load", "--fixture", "f", "--lines", "0"]).is_err());
+        assert!(parse(&["load", "--fixture", "f", "--commit-ceiling", "-3"]).is_err());
+        assert!(parse(&["seed", "--out", "f", "--api", "127.0.0.1:8080"]).is_err());
+        assert!(parse(&["check", "--fixture", "f", "--min-kafka-share", "1.5"]).is_err());
+        assert!(parse(&["check", "--fixture", "f", "--kafka-since", "2026-01-02T03:04:05Z"]).is_err());
+        assert!(parse(&["check", "--fixture", "f", "--api", "http://x"]).is_err());
+    }
+}
