@@ -517,4 +517,119 @@ mod tests {
         run(&svc, 1).await;
         assert_eq!(breaker.state(), CircuitState::Open, "5 of the last 10 failed");
     }
+
+    #[test]
+    fn the_state_gauge_and_the_transition_counters_follow_the_breaker() {
+        // A local recorder: only this test's series, whatever else runs in the process.
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let prometheus = recorder.handle();
+        let expect = |series: &[(&str, &str, u32)], state: u32| {
+            let text = prometheus.render();
+            let d = "downstream=\"gauge-test\"";
+            let gauge = format!("resilience_breaker_state{{{d}}} {state}");
+            assert!(text.contains(&gauge), "missing {gauge} in\n{text}");
+            for (from, to, n) in series {
+                let counter =
+                    format!("resilience_breaker_transitions_total{{{d},from=\"{from}\",to=\"{to}\"}} {n}");
+                assert!(text.contains(&counter), "missing {counter} in\n{text}");
+            }
+        };
+        metrics::with_local_recorder(&recorder, || {
+            // One call decides; no wait in open, so the next attempt is a probe.
+            let s = BreakerSettings {
+                sliding_window_size: 1,
+                minimum_calls: 1,
+                wait_duration_open_ms: 0,
+                permitted_calls_half_open: 1,
+                ..settings()
+            };
+            register_metrics("gauge-test");
+            let breaker = Breaker::new("gauge-test", s);
+            let all = |n: [u32; 4]| {
+                [
+                    ("closed", "open", n[0]),
+                    ("open", "half_open", n[1]),
+                    ("half_open", "closed", n[2]),
+                    ("half_open", "open", n[3]),
+                ]
+            };
+            expect(&all([0, 0, 0, 0]), 0);
+            breaker.acquire().unwrap().record(true);
+            assert_eq!(breaker.state(), CircuitState::Open);
+            expect(&all([1, 0, 0, 0]), 1);
+            let probe = breaker.acquire().unwrap();
+            assert_eq!(breaker.state(), CircuitState::HalfOpen);
+            expect(&all([1, 1, 0, 0]), 2);
+            probe.record(false);
+            assert_eq!(breaker.state(), CircuitState::Closed);
+            expect(&all([1, 1, 1, 0]), 0);
+            breaker.acquire().unwrap().record(true);
+            breaker.acquire().unwrap().record(true);
+            assert_eq!(breaker.state(), CircuitState::Open);
+            expect(&all([2, 2, 1, 1]), 1);
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_slow_call_rate_is_the_share_of_slow_calls_in_the_window() {
+        let breaker =
+            Breaker::new("inventory", BreakerSettings { slow_call_rate_threshold: 50.0, ..settings() });
+        let call = |slow: bool| {
+            let permit = breaker.acquire().unwrap();
+            async move {
+                if slow {
+                    tokio::time::advance(Duration::from_millis(1_000)).await;
+                }
+                permit.record(false);
+            }
+        };
+        for slow in [false, false, false, true, true] {
+            call(slow).await;
+        }
+        assert_eq!(breaker.state(), CircuitState::Closed, "1 of 4, then 2 of 5 slow: under 50%");
+        call(true).await;
+        assert_eq!(breaker.state(), CircuitState::Open, "3 of 6 slow");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_result_of_an_older_state_is_not_recorded() {
+        let breaker = Breaker::new("inventory", settings());
+        // Admitted while closed, finished only once the breaker is half-open.
+        let late: Vec<_> = (0..2).map(|_| breaker.acquire().unwrap()).collect();
+        for _ in 0..4 {
+            breaker.acquire().unwrap().record(true);
+        }
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let probe = breaker.acquire().unwrap();
+        assert_eq!(breaker.state(), CircuitState::HalfOpen);
+        for permit in late {
+            permit.record(true);
+        }
+        probe.record(false);
+        assert_eq!(
+            breaker.state(),
+            CircuitState::HalfOpen,
+            "one probe of three done; the late failures do not count"
+        );
+        breaker.acquire().unwrap().record(false);
+        breaker.acquire().unwrap().record(false);
+        assert_eq!(breaker.state(), CircuitState::Closed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_probe_does_not_give_its_slot_back() {
+        let breaker = Breaker::new("inventory", settings());
+        for _ in 0..4 {
+            breaker.acquire().unwrap().record(true);
+        }
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let mut probes: Vec<_> = (0..3).map(|_| breaker.acquire().unwrap()).collect();
+        probes.pop().unwrap().record(false);
+        assert_eq!(breaker.state(), CircuitState::HalfOpen);
+        assert!(breaker.acquire().is_err(), "3 probes admitted, 2 still running: no 4th");
+        for probe in probes {
+            probe.record(false);
+        }
+        assert_eq!(breaker.state(), CircuitState::Closed);
+    }
 }

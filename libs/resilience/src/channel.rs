@@ -346,4 +346,34 @@ mod tests {
         let bad = ClientSettings::with_url("not a url");
         assert!(matches!(channel("inventory", &bad), Err(ResilienceError::InvalidUrl { .. })));
     }
+
+    #[test]
+    fn every_counter_series_exists_at_zero_before_the_first_call() {
+        // A local recorder: only this test's series, whatever else runs in the process.
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let prometheus = recorder.handle();
+        let channel = metrics::with_local_recorder(&recorder, || {
+            stack(
+                "zero-test",
+                &ClientSettings::default(),
+                unavailable_transport(Arc::new(AtomicUsize::new(0))),
+            )
+        });
+        assert_eq!(channel.downstream(), "zero-test");
+        let text = prometheus.render();
+        let d = "downstream=\"zero-test\"";
+        let mut series = vec![
+            format!("resilience_retries_total{{{d}}} 0"),
+            format!("resilience_retry_budget_exhausted_total{{{d}}} 0"),
+            format!("resilience_breaker_transitions_total{{{d},from=\"closed\",to=\"open\"}} 0"),
+            format!("resilience_breaker_state{{{d}}} 0"),
+        ];
+        series.extend(
+            crate::rejection::REASONS
+                .map(|reason| format!("resilience_rejections_total{{{d},reason=\"{reason}\"}} 0")),
+        );
+        for series in series {
+            assert!(text.contains(&series), "missing {series} in\n{text}");
+        }
+    }
 }

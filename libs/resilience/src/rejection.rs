@@ -129,6 +129,13 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_mark_is_no_rejection() {
+        let mut md = tonic::metadata::MetadataMap::new();
+        md.insert(REJECTION_METADATA, tonic::metadata::MetadataValue::from_static("rate_limited"));
+        assert_eq!(rejection(&tonic::Status::with_metadata(tonic::Code::Unavailable, "down", md)), None);
+    }
+
+    #[test]
     fn the_boxed_error_becomes_the_same_status_in_tonic() {
         let err = reject("inventory", Rejection::BulkheadFull);
         let status = tonic::Status::from_error(err);

@@ -195,6 +195,14 @@ mod tests {
         assert!(attempt_may_have_been_sent(&result));
         let status = status_of(mark(result, true));
         assert!(!never_sent(&status));
+        let tonics =
+            tonic::Status::from_error(Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)));
+        assert_eq!(
+            status.code(),
+            tonics.code(),
+            "the code tonic's own client gives it, not a connect failure's"
+        );
+        assert_ne!(status.code(), tonic::Code::Unavailable);
     }
 
     #[test]

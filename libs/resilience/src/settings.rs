@@ -227,6 +227,11 @@ mod tests {
         let mut s = ClientSettings::default();
         s.bulkhead.max_concurrent_calls = 0;
         assert!(s.validate().is_err());
+        let mut s = ClientSettings::default();
+        s.retry.max_backoff_ms = s.retry.base_backoff_ms - 1;
+        assert!(s.validate().unwrap_err().to_string().contains("retry.max_backoff_ms"));
+        s.retry.max_backoff_ms = s.retry.base_backoff_ms;
+        assert!(s.validate().is_ok(), "a cap equal to the base is a constant ceiling");
     }
 
     #[test]

@@ -209,6 +209,10 @@ mod tests {
         let early = layer(settings()).layer(answer_after(Duration::from_millis(10)));
         let resp = early.oneshot(path("GetStock")).await.unwrap();
         assert_eq!(resp.headers()["grpc-status"], "1", "a CANCELLED before the deadline is passed on");
+
+        let ok_at_the_deadline = layer(settings()).layer(slow(Duration::from_millis(100)));
+        let answer = ok_at_the_deadline.oneshot(path("GetStock")).await;
+        assert!(answer.is_ok(), "a success at the deadline is passed on");
     }
 
     #[tokio::test]
@@ -225,6 +229,14 @@ mod tests {
     fn grpc_timeout_values_parse_and_encode() {
         assert_eq!(parse_grpc_timeout(&HeaderValue::from_static("2S")), Some(Duration::from_secs(2)));
         assert_eq!(parse_grpc_timeout(&HeaderValue::from_static("300u")), Some(Duration::from_micros(300)));
+        assert_eq!(parse_grpc_timeout(&HeaderValue::from_static("1H")), Some(Duration::from_secs(3_600)));
+        assert_eq!(parse_grpc_timeout(&HeaderValue::from_static("2M")), Some(Duration::from_secs(120)));
+        assert_eq!(parse_grpc_timeout(&HeaderValue::from_static("500n")), Some(Duration::from_nanos(500)));
+        assert_eq!(
+            parse_grpc_timeout(&HeaderValue::from_static("99999999m")),
+            Some(Duration::from_millis(99_999_999)),
+            "8 digits, the most the spec allows"
+        );
         assert_eq!(parse_grpc_timeout(&HeaderValue::from_static("m")), None);
         assert_eq!(parse_grpc_timeout(&HeaderValue::from_static("123456789m")), None);
         assert_eq!(parse_grpc_timeout(&HeaderValue::from_static("5x")), None);

@@ -458,3 +458,54 @@ impl Shape {
         !self.steps[i].local && self.steps.get(i + 1).is_some_and(|n| n.local)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Trip;
+    impl Saga for Trip {
+        const NAME: &'static str = "trip";
+        type Input = ();
+    }
+
+    /// A step that does nothing, named by `N`.
+    struct Noop<const N: usize>;
+    const NAMES: [&str; 4] = ["book", "hotel", "pay", "notify"];
+    impl<const N: usize> Action<Trip> for Noop<N> {
+        const NAME: &'static str = NAMES[N];
+        type Output = ();
+        async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> {
+            Ok(())
+        }
+    }
+    struct Undo<const N: usize>;
+    const UNDO_NAMES: [&str; 2] = ["unbook", "unhotel"];
+    impl<const N: usize> Compensation<Trip> for Undo<N> {
+        const NAME: &'static str = UNDO_NAMES[N];
+        async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_pivot_is_found_wherever_it_stands() {
+        let first = Definition::builder(Trip).pivot(Noop::<2>).retriable(Noop::<3>).build().unwrap();
+        assert_eq!(first.pivot(), 0);
+        let third = Definition::builder(Trip)
+            .compensatable(Noop::<0>, Undo::<0>)
+            .compensatable(Noop::<1>, Undo::<1>)
+            .pivot(Noop::<2>)
+            .build()
+            .unwrap();
+        assert_eq!(third.pivot(), 2);
+    }
+
+    #[test]
+    fn step_options_keep_each_setting() {
+        let d = Duration::from_secs(5);
+        let want = StepOptions { deadline: Some(d), max_attempts: 3 };
+        assert_eq!(StepOptions::default().deadline(d).max_attempts(3), want);
+        assert_eq!(StepOptions::default().max_attempts(3).deadline(d), want);
+    }
+}

@@ -478,6 +478,16 @@ async fn run_case(case: Case) -> Result<(), String> {
     for step in &expect.effective {
         assert!(succeeded.iter().any(|s| s == step), "{step} recorded as succeeded: {succeeded:?}");
     }
+    // And none is left running at rest: the failure that ended a step is recorded as final.
+    let unfinished: Vec<(String, String)> = sqlx::query_as(
+        "SELECT st.name, st.status FROM saga_instance_steps st JOIN saga_instances i ON i.id = st.saga_id
+         WHERE i.key = $1 AND (st.status = 'RUNNING' OR st.finished_at IS NULL)",
+    )
+    .bind(purchase.to_string())
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(unfinished.is_empty(), "steps left unfinished at rest: {unfinished:?}");
     Ok(())
 }
 
