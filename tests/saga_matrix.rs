@@ -41,7 +41,12 @@ async fn run_case(case: Case) -> Result<(), String> {
         if !case.ends_before_crash() {
             assert_eq!(order["status"], "PENDING", "the replica stopped dead mid-saga: {order}");
         }
-        stack.restart_order(|s| s.saga.lease_ms = LEASE_MS).await;
+        stack
+            .restart_order(|s| {
+                s.saga.lease_ms = LEASE_MS;
+                case.apply_resumed(&mut s.saga);
+            })
+            .await;
     }
     let order = stack.settled(&id).await;
 

@@ -128,6 +128,11 @@ pub(crate) struct State<S: Saga> {
     /// The current step's first attempt and attempts so far, once recorded.
     pub(crate) step_started_at: Option<DateTime<Utc>>,
     pub(crate) attempts: Option<i32>,
+    /// An earlier attempt of the current step may have reached its
+    /// participant: it failed after sending, or it was in flight when its
+    /// driver died (started, no outcome recorded). Then a later attempt that
+    /// was "not sent" proves nothing: the step may have taken effect.
+    pub(crate) maybe_sent: bool,
 }
 
 impl<S: Saga> State<S> {
@@ -387,6 +392,7 @@ impl<S: Saga> Engine<S> {
                     outputs: Map::new(),
                     step_started_at: Some(started.created_at),
                     attempts: Some(1),
+                    maybe_sent: false,
                 };
                 let span = engine.saga_span(id);
                 let result = engine.drive_from(id, state, true, &stop).instrument(span).await;
@@ -503,6 +509,7 @@ impl<S: Saga> Engine<S> {
             outputs: Value,
             step_started_at: Option<DateTime<Utc>>,
             attempts: Option<i32>,
+            maybe_sent: bool,
         }
         let row = sqlx::query_as::<_, Row>(
             // The input and outputs where this version writes them, or in
@@ -512,7 +519,10 @@ impl<S: Saga> Engine<S> {
                     COALESCE(i.data -> 'outputs', '{}')
                         || COALESCE((SELECT jsonb_object_agg(o.name, o.output) FROM saga_instance_steps o
                                      WHERE o.saga_id = i.id AND o.output IS NOT NULL), '{}') AS outputs,
-                    st.started_at AS step_started_at, st.attempts
+                    st.started_at AS step_started_at, st.attempts,
+                    -- Every attempt started, less those known not to have been sent.
+                    COALESCE(st.attempts, 0) > (SELECT count(*) FROM jsonb_array_elements(COALESCE(st.history, '[]')) h
+                                                WHERE h ->> 'outcome' = 'unavailable') AS maybe_sent
              FROM saga_instances i
              LEFT JOIN saga_instance_inputs n ON n.saga_id = i.id
              LEFT JOIN saga_instance_steps st ON st.saga_id = i.id AND st.name = i.current_step
@@ -547,6 +557,7 @@ impl<S: Saga> Engine<S> {
             outputs,
             step_started_at: row.step_started_at,
             attempts: row.attempts,
+            maybe_sent: row.maybe_sent,
         })
     }
 
@@ -582,7 +593,7 @@ impl<S: Saga> Engine<S> {
                     let Position::Forward(i) = state.at else { unreachable!("only forward steps carry") };
                     carried = Some((i, output));
                     state.at = Position::Forward(i + 1);
-                    (state.attempts, state.step_started_at) = (None, None);
+                    (state.attempts, state.step_started_at, state.maybe_sent) = (None, None, false);
                     begun = false;
                 }
                 Turn::Committed(Next::Retry, _) => return Ok(Driven::Deferred),
@@ -629,8 +640,17 @@ impl<S: Saga> Engine<S> {
             }
             let outcome = self.run_step(id, state, name).await;
             self.crash_at(When::AfterCall, name)?;
-            outcome
+            match outcome {
+                // This attempt was not sent, but an earlier one may have had its effect.
+                Err(StepError::Unavailable(why)) if forward.is_some() && state.maybe_sent => {
+                    Err(StepError::Failed(format!("{why}; an earlier attempt may have taken effect")))
+                }
+                outcome => outcome,
+            }
         };
+        if matches!(outcome, Err(StepError::Failed(_))) {
+            state.maybe_sent = true;
+        }
         record_outcome(span, &outcome);
         metrics::counter!("saga_steps_total", "saga" => S::NAME, "step" => name, "result" => label(&outcome))
             .increment(1);
@@ -850,7 +870,7 @@ impl<S: Saga> Engine<S> {
         }
         if let Some(p) = current {
             state.at = p;
-            (state.attempts, state.step_started_at) = (attempts, started_at);
+            (state.attempts, state.step_started_at, state.maybe_sent) = (attempts, started_at, false);
         }
         Ok(at)
     }

@@ -9,6 +9,7 @@
 //! | `unavailable_once` | forward steps | its participant cannot be reached on the first attempt: with attempts left (`max_attempts` > 1, or after the pivot) retried, COMPLETED; else as `rejected` |
 //! | `failed_after_call` | forward steps | the call ran and its answer was lost, on every attempt: before/at the pivot COMPENSATED with the step itself undone (a pivot without compensation is retried); after: COMPLETED |
 //! | `crash_before`, `crash_after_call`, `crash_after_commit` | every step | the replica stops dead there; another one resumes the instance to the same end as without the crash |
+//! | `crash_after_call_then_unreachable` | forward steps with a compensation | the replica stops dead after the call; the one that resumes cannot reach the participant on any attempt left: the first call may have taken effect, so COMPENSATED with the step itself undone |
 //! | `duplicate` | every step | every call runs twice; the same end, no effect twice |
 //! | `compensation_fails_then_succeeds` | compensations | it fails (after running) three times, then succeeds: COMPENSATED |
 //! | `deadline_passed` | steps with a deadline | COMPENSATED, the step itself undone |
@@ -16,8 +17,9 @@
 //! A compensation's cases are reached by the forward fault that makes the
 //! saga run it (the next step rejected, or the pivot failing). Each case is
 //! expressed as [`SagaSettings`] for the first replica ([`Case::apply`]); a
-//! host runs one instance under them (a second replica without faults when
-//! [`Case::crashes`]) and checks [`Case::expect`] and its own invariants.
+//! host runs one instance under them (a second replica when [`Case::crashes`],
+//! under [`Case::apply_resumed`]) and checks [`Case::expect`] and its own
+//! invariants.
 //! Adding a step to a definition adds its cases: no test code changes.
 //!
 //! With the `testing` feature, [`trials`] turns the cases into
@@ -35,6 +37,7 @@ pub enum Fault {
     CrashBefore,
     CrashAfterCall,
     CrashAfterCommit,
+    CrashAfterCallThenUnreachable,
     Duplicate,
     CompensationFailsThenSucceeds,
     DeadlinePassed,
@@ -49,6 +52,7 @@ impl Fault {
             Fault::CrashBefore => "crash_before",
             Fault::CrashAfterCall => "crash_after_call",
             Fault::CrashAfterCommit => "crash_after_commit",
+            Fault::CrashAfterCallThenUnreachable => "crash_after_call_then_unreachable",
             Fault::Duplicate => "duplicate",
             Fault::CompensationFailsThenSucceeds => "compensation_fails_then_succeeds",
             Fault::DeadlinePassed => "deadline_passed",
@@ -75,6 +79,8 @@ pub struct Case {
     /// For the first replica (see [`Case::apply`]).
     pub crash_point: String,
     pub faults: String,
+    /// For the replica that resumes the instance after a crash.
+    pub resumed_faults: String,
     pub expect: Expected,
 }
 
@@ -105,6 +111,12 @@ impl Case {
         settings.crash_point = self.crash_point.clone();
         settings.faults = self.faults.clone();
     }
+
+    /// Sets the faults of the replica that resumes the instance after a
+    /// crash (none for most cases).
+    pub fn apply_resumed(&self, settings: &mut SagaSettings) {
+        settings.faults = self.resumed_faults.clone();
+    }
 }
 
 /// Every case of `shape`'s matrix; see the module docs.
@@ -126,6 +138,7 @@ pub fn cases(shape: &Shape) -> Vec<Case> {
             fault,
             crash_point: crash.map(|when| format!("{when}:{step}")).unwrap_or_default(),
             faults,
+            resumed_faults: String::new(),
             expect: expect.clone(),
         };
     let crashes = |step: &'static str, commits: bool, faults: &str, expect: &Expected| {
@@ -164,6 +177,20 @@ pub fn cases(shape: &Shape) -> Vec<Case> {
         out.push(case(s.name, Fault::Duplicate, None, format!("duplicate:{}", s.name), &completed));
         if s.deadline {
             out.push(case(s.name, Fault::DeadlinePassed, None, format!("late:{}", s.name), &undone(i + 1)));
+        }
+        // The call may have taken effect before the crash; every attempt of
+        // the replica that resumes is "not sent", which proves nothing about
+        // the first: the step's own compensation must run.
+        if s.compensation.is_some() && !s.local {
+            let mut c = case(
+                s.name,
+                Fault::CrashAfterCallThenUnreachable,
+                Some("after_call"),
+                String::new(),
+                &undone(i + 1),
+            );
+            c.resumed_faults = format!("unavailable:{}:{}", s.name, s.max_attempts.max(1) + 1);
+            out.push(c);
         }
     }
     for (i, s) in steps.iter().enumerate() {

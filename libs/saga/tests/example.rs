@@ -408,7 +408,9 @@ async fn run_case(case: Case) -> Result<(), String> {
             || async { first.has_crashed().then_some(()) },
         )
         .await;
-        let second = Engine::new(pool.clone(), definition(&pool), settings()).map_err(|e| e.to_string())?;
+        let mut resumed = settings();
+        case.apply_resumed(&mut resumed);
+        let second = Engine::new(pool.clone(), definition(&pool), resumed).map_err(|e| e.to_string())?;
         tokio::spawn(second.run_worker(stop.clone()));
     }
     let status: String =
