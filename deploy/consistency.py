@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
 """Cross-checks docker-compose.yml and the rendered k8s overlays against one another and
-against the service contract in docs/design.md.
+against the list of services in services.toml (names, kinds, ports, databases, who calls
+whom; docs/design.md has the same table for people).
 
 Usage (scripts/validate-deploy runs it):
 
     consistency.py --keys deploy/config-keys.txt --compose <docker-compose config output> \
         --k8s dev=<kubectl kustomize k8s/overlays/dev output> --k8s prod=<...>
 
-What it asserts, per service (gateway, order, inventory, payment):
+What it asserts, per service of services.toml:
 
 * the image is `sagaworks/<service>:<tag>` everywhere, built from deploy/Dockerfile with
   SERVICE=<service>, and the repository is the same in compose and every overlay;
-* the ports are those of the design table (HTTP 8080..8083, gRPC 50051..50053), in the
-  APP_*__PORT settings, the container ports and the k8s Services; gRPC URLs point at them;
+* the ports are those of services.toml, in the APP_*__PORT settings, the container ports
+  and the k8s Services; gRPC URLs (one per service it `calls`) point at them;
 * every APP_* variable is listed in config-keys.txt for that service (other variables:
   only those in EXTRA_ENV); servers bind 0.0.0.0;
 * compose publishes only the gateway's 8080 and the UIs of Jaeger (16686), Prometheus
@@ -52,6 +53,7 @@ import base64
 import binascii
 import re
 import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -66,28 +68,104 @@ class ServicePorts:
     grpc: int | None
 
 
-#: docs/design.md, "Services, ports, config".
-SERVICES: dict[str, ServicePorts] = {
-    "gateway": ServicePorts(http=8080, grpc=None),
-    "order": ServicePorts(http=8081, grpc=50051),
-    "inventory": ServicePorts(http=8082, grpc=50052),
-    "payment": ServicePorts(http=8083, grpc=50053),
-}
-#: Which services may call a service's gRPC port.
+@dataclass(frozen=True)
+class Database:
+    suffix: str
+    role: str
+
+
+@dataclass(frozen=True)
+class Service:
+    """One [[service]] table of services.toml (its comments say what each field means)."""
+
+    name: str
+    kind: str
+    ports: ServicePorts
+    database: Database | None
+    topics: tuple[str, ...]
+    calls: tuple[str, ...]
+
+
+#: The one list of services, which the scripts (scripts/lib/services.sh) and
+#: tests/deploy.rs read too.
+SERVICES_TOML = Path(__file__).resolve().parent.parent / "services.toml"
+SERVICE_KINDS = ("backend", "gateway")
+_SERVICE_KEYS = {"name", "kind", "http_port", "grpc_port", "database", "topics", "calls"}
+
+
+def load_services(path: Path = SERVICES_TOML) -> dict[str, Service]:
+    """services.toml's services, in file (start) order. ValueError when it is not well formed:
+    unknown keys, a name that is no crate name or repeats, a kind other than SERVICE_KINDS, a
+    backend without a gRPC port or a gateway with one or with a database, a port, role or
+    topic used twice, a call of a service not listed before the caller."""
+    with open(path, "rb") as f:
+        try:
+            doc = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path}: {e}") from None
+    services: dict[str, Service] = {}
+    seen_ports: dict[int, str] = {}
+    if isinstance(doc.get("broker"), dict) and isinstance(doc["broker"].get("port"), int):
+        seen_ports[doc["broker"]["port"]] = str(doc["broker"].get("name", "broker"))
+    roles: set[str] = set()
+    topics: set[str] = set()
+    for raw in doc.get("service") or []:
+        name = raw.get("name")
+        where = f"{path}: service {name!r}"
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9]*", name) or name in services:
+            raise ValueError(f"{where}: the name must be [a-z][a-z0-9]* and unique")
+        if set(raw) - _SERVICE_KEYS:
+            raise ValueError(f"{where}: unknown keys {sorted(set(raw) - _SERVICE_KEYS)}")
+        kind, http, grpc, db = raw.get("kind"), raw.get("http_port"), raw.get("grpc_port"), raw.get("database")
+        if kind not in SERVICE_KINDS:
+            raise ValueError(f"{where}: kind must be one of {SERVICE_KINDS}, got {kind!r}")
+        if (grpc is None) != (kind == "gateway") or (kind == "gateway" and db is not None):
+            raise ValueError(f"{where}: a backend has a grpc_port, a gateway no grpc_port and no database")
+        for port in (http,) if grpc is None else (http, grpc):
+            if not isinstance(port, int) or not 0 < port < 65536 or port in seen_ports:
+                raise ValueError(f"{where}: port {port!r} is no port or is used by {seen_ports.get(port)}")
+            seen_ports[port] = name
+        database = None
+        if db is not None:
+            if not isinstance(db, dict) or set(db) != {"suffix", "role"} or db["role"] in roles:
+                raise ValueError(f"{where}: database must be {{suffix, role}} with a role of its own")
+            roles.add(db["role"])
+            database = Database(suffix=db["suffix"], role=db["role"])
+        for topic in raw.get("topics") or []:
+            if topic in topics:
+                raise ValueError(f"{where}: topic {topic!r} has another publisher")
+            topics.add(topic)
+        for callee in raw.get("calls") or []:
+            if callee not in services or services[callee].ports.grpc is None:
+                raise ValueError(f"{where}: calls {callee!r}, which is no gRPC service listed before it")
+        services[name] = Service(
+            name=name, kind=kind, ports=ServicePorts(http=http, grpc=grpc), database=database,
+            topics=tuple(raw.get("topics") or ()), calls=tuple(raw.get("calls") or ()),
+        )
+    if not services:
+        raise ValueError(f"{path}: no [[service]]")
+    return services
+
+
+SPECS = load_services()
+#: Every service's ports.
+SERVICES: dict[str, ServicePorts] = {name: spec.ports for name, spec in SPECS.items()}
+#: Which services may call a service's gRPC port: those whose `calls` name it.
 GRPC_CALLERS: dict[str, set[str]] = {
-    "order": {"gateway"},
-    "inventory": {"order", "gateway"},
-    "payment": {"order", "gateway"},
+    name: {caller for caller, other in SPECS.items() if name in other.calls}
+    for name, spec in SPECS.items() if spec.ports.grpc is not None
 }
-#: `<service>.url` settings a service has, keyed by the service they point at.
-CLIENT_URLS: dict[str, tuple[str, ...]] = {
-    "gateway": ("order", "inventory", "payment"),
-    "order": ("inventory", "payment"),
-    "inventory": (),
-    "payment": (),
-}
+#: `<service>.url` settings a service has, keyed by the service they point at: its `calls`.
+CLIENT_URLS: dict[str, tuple[str, ...]] = {name: spec.calls for name, spec in SPECS.items()}
+#: The public edge (kind gateway), and the backends (Kafka clients, each with a database).
+GATEWAYS = tuple(name for name, spec in SPECS.items() if spec.kind == "gateway")
+KAFKA_CLIENTS = tuple(name for name, spec in SPECS.items() if spec.kind == "backend")
+#: config-keys.txt may name these groups instead of services.
+KEY_GROUPS: dict[str, set[str]] = {"@all": set(SERVICES), "@backends": set(KAFKA_CLIENTS)}
 #: Compose ports that may be published on the host: (service, container port).
-PUBLISHED_ALLOWED = {("gateway", 8080), ("jaeger", 16686), ("prometheus", 9090), ("grafana", 3000)}
+PUBLISHED_ALLOWED = {(name, SERVICES[name].http) for name in GATEWAYS} | {
+    ("jaeger", 16686), ("prometheus", 9090), ("grafana", 3000),
+}
 #: Compose services on the `edge` network: those that publish a port.
 EDGE_SERVICES = {service for service, _ in PUBLISHED_ALLOWED}
 #: Variables outside the APP_* namespace that the deployment files may set.
@@ -113,7 +191,7 @@ DRAIN_SECONDS = 22
 #: `migrate` init container.
 STARTUP_BUDGET_SECONDS = 30
 #: Services with a database: their pods run `service migrate` in an init container first.
-BACKENDS = ("order", "inventory", "payment")
+BACKENDS = tuple(name for name, spec in SPECS.items() if spec.database is not None)
 MIGRATE_FLAG = "APP_DATABASE__MIGRATE"
 #: Roles no service may connect as: PostgreSQL's bootstrap superuser (the images' default).
 SUPERUSER_ROLES = {"postgres"}
@@ -121,23 +199,19 @@ SUPERUSER_ROLES = {"postgres"}
 #: may reach each of their ports, and the services' HTTP ports (Prometheus only; the
 #: gateway's is open to the cluster, the gRPC ports are checked against GRPC_CALLERS).
 DEV_INGRESS: dict[tuple[str, int], set[str]] = {
-    ("order-db", 5432): {"order"},
-    ("inventory-db", 5432): {"inventory"},
-    ("payment-db", 5432): {"payment"},
-    ("kafka", 9092): {"order", "inventory", "payment", "kafka-topics"},
+    **{(f"{name}-db", 5432): {name} for name in BACKENDS},
+    ("kafka", 9092): set(KAFKA_CLIENTS) | {"kafka-topics"},
     ("otel-collector", 4317): set(SERVICES),
     ("jaeger", 4317): {"otel-collector"},
     ("jaeger", 16686): {"grafana"},
     ("prometheus", 9090): {"grafana"},
-    ("order", 8081): {"prometheus"},
-    ("inventory", 8082): {"prometheus"},
-    ("payment", 8083): {"prometheus"},
+    **{(name, ports.http): {"prometheus"} for name, ports in SERVICES.items() if name not in GATEWAYS},
 }
 #: Ports that may be reached from outside the namespace, per overlay: the gateway (from
 #: anywhere in dev, from the ingress controller's namespace in prod) and, in prod, the
 #: services' HTTP ports for the monitoring namespace.
 OUTSIDE_ALLOWED: dict[str, set[tuple[str, int]]] = {
-    "dev": {("gateway", 8080)},
+    "dev": {(name, SERVICES[name].http) for name in GATEWAYS},
     "prod": {(name, ports.http) for name, ports in SERVICES.items()},
 }
 #: The paths an Ingress may route to the gateway (the public routes of
@@ -186,14 +260,16 @@ class Report:
 
 
 def load_keys(path: Path) -> dict[str, set[str]]:
-    """Parses config-keys.txt into {env name: services that read it}."""
+    """Parses config-keys.txt into {env name: services that read it} (a group of KEY_GROUPS
+    stands for its services)."""
     keys: dict[str, set[str]] = {}
     for number, raw in enumerate(path.read_text().splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        name, *services = line.split()
-        unknown = set(services) - SERVICES.keys()
+        name, *words = line.split()
+        services = {service for word in words for service in KEY_GROUPS.get(word, {word})}
+        unknown = services - SERVICES.keys()
         if not re.fullmatch(r"APP_[A-Z0-9_]+", name) or not services or unknown:
             raise ValueError(f"{path}:{number}: expected `APP_NAME service...`, got {raw!r}")
         if name in keys:
@@ -242,7 +318,7 @@ def check_env(report: Report, where: str, service: str, env: dict[str, str], key
             _port_of_url(url) == want and urlsplit(url).hostname == target,
             f"{where}: {name} must be http://{target}:{want}, got {url!r}",
         )
-    if service == "gateway":
+    if service in GATEWAYS:
         report.check(
             "APP_AUTH__JWT_SECRET" in env or "APP_AUTH__JWKS_URL" in env,
             f"{where}: the gateway needs APP_AUTH__JWT_SECRET or APP_AUTH__JWKS_URL",

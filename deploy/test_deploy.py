@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Tests of the deployment files that can run without a container engine.
 
+* services.toml names exactly the directories under services/, is well formed, and
+  docs/design.md's table of services agrees with it;
 * consistency.py passes on the real compose file and overlays, and catches each kind of
   drift it is meant to catch (every negative case breaks one real rendering);
 * deploy/http-probe against a real HTTP server (2xx, 503, 404, hung server, no server);
@@ -45,6 +47,10 @@ sys.path.insert(0, str(ROOT / "deploy"))
 import consistency  # noqa: E402
 
 PROBE = ROOT / "deploy" / "http-probe"
+#: services.toml (via consistency.py): the services, those with a database, every topic.
+SERVICES = consistency.SPECS
+DB_SERVICES = {name: spec.database for name, spec in SERVICES.items() if spec.database is not None}
+AGGREGATES = [topic for spec in SERVICES.values() for topic in spec.topics]
 INIT_SQL = ROOT / "deploy" / "postgres" / "init.sql"
 K8S_INIT_SQL = ROOT / "k8s" / "overlays" / "dev" / "infra" / "postgres" / "init-service-role.sql"
 
@@ -376,6 +382,65 @@ class ConsistencyTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, ":2: expected"):
                 consistency.load_keys(Path(f.name))
 
+    def test_keys_file_groups_stand_for_services_toml(self) -> None:
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+            f.write("APP_HTTP__PORT @all\nAPP_GRPC__PORT @backends\nAPP_AUTH__JWKS_URL gateway\n")
+            f.flush()
+            keys = consistency.load_keys(Path(f.name))
+        self.assertEqual(keys["APP_HTTP__PORT"], set(SERVICES))
+        self.assertEqual(keys["APP_GRPC__PORT"], {n for n, s in SERVICES.items() if s.kind == "backend"})
+        self.assertEqual(keys["APP_AUTH__JWKS_URL"], {"gateway"})
+
+
+class ServicesFileTest(unittest.TestCase):
+    """services.toml, the one list of services the scripts, these checks and tests/deploy.rs read."""
+
+    def test_services_toml_names_exactly_the_service_directories(self) -> None:
+        directories = {p.name for p in (ROOT / "services").iterdir() if p.is_dir()}
+        listed = set(consistency.load_services(ROOT / "services.toml"))
+        self.assertEqual(
+            sorted(directories - listed), [],
+            "directories under services/ that services.toml does not name (add a [[service]] table)",
+        )
+        self.assertEqual(
+            sorted(listed - directories), [], "services.toml names services without a directory under services/"
+        )
+
+    def test_design_table_agrees_with_services_toml(self) -> None:
+        text = (ROOT / "docs" / "design.md").read_text()
+        section = text.split("## Services, ports, config", 1)[1].split("\n## ", 1)[0]
+        table = next(block for block in section.split("\n\n") if block.lstrip().startswith("|"))
+        rows = {}
+        for line in table.strip().splitlines()[2:]:
+            name, grpc, http, db, role = (cell.strip().strip("`") for cell in line.strip("|").split("|"))
+            if name in SERVICES:
+                rows[name] = (grpc, http, db, role)
+        want = {
+            name: (str(spec.ports.grpc or "-"), str(spec.ports.http),
+                   f"sagaworks_{spec.database.suffix}" if spec.database else "-",
+                   spec.database.role if spec.database else "-")
+            for name, spec in SERVICES.items()
+        }
+        self.assertEqual(rows, want, "docs/design.md, \"Services, ports, config\" vs services.toml")
+
+    def test_malformed_services_toml_is_rejected(self) -> None:
+        good = (ROOT / "services.toml").read_text()
+        cases = {
+            "unknown keys": good.replace('kind = "gateway"', 'kind = "gateway"\ngrcp_port = 1'),
+            "used by": good.replace("http_port = 8080", "http_port = 8081"),
+            "listed before it": good + '\n[[service]]\nname = "x"\nkind = "gateway"\nhttp_port = 1\ncalls = ["y"]\n',
+            "a backend has a grpc_port": good.replace("grpc_port = 50053\n", ""),
+            "the name must be": good + '\n[[service]]\nname = "order"\nkind = "gateway"\nhttp_port = 2\n',
+            "another publisher": good.replace('topics = ["order"]', 'topics = ["order", "payment"]'),
+        }
+        for needle, text in cases.items():
+            with self.subTest(needle), tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+                self.assertNotEqual(text, good)
+                f.write(text)
+                f.flush()
+                with self.assertRaisesRegex(ValueError, needle):
+                    consistency.load_services(Path(f.name))
+
 
 class _StatusHandler(http.server.BaseHTTPRequestHandler):
     routes = {"/health/ready": 200, "/health/live": 204, "/not-ready": 503}
@@ -486,7 +551,8 @@ class PostgresClusterCase(unittest.TestCase):
 class PostgresInitTest(PostgresClusterCase):
     """Runs init.sql the way the postgres image does, in a private cluster on a free port."""
 
-    PASSWORDS = {"ORDER_DB_PASSWORD": "o-secret", "INVENTORY_DB_PASSWORD": "i-secret", "PAYMENT_DB_PASSWORD": "p-secret"}
+    #: init.sql reads <SERVICE>_DB_PASSWORD for each service with a database.
+    PASSWORDS = {f"{name.upper()}_DB_PASSWORD": f"{name}-secret" for name in DB_SERVICES}
 
     def init(self, passwords: dict[str, str]):
         env = {k: v for k, v in os.environ.items() if k not in self.PASSWORDS} | passwords
@@ -495,19 +561,17 @@ class PostgresInitTest(PostgresClusterCase):
     def test_each_role_reaches_only_its_own_database(self) -> None:
         result = self.init(self.PASSWORDS)
         self.assertEqual(result.returncode, 0, result.stderr)
-        for svc, password in (("order", "o-secret"), ("inventory", "i-secret"), ("payment", "p-secret")):
-            own = self.psql(f"{svc}_svc", password, f"sagaworks_{svc}", "-tAc",
+        for svc, database in DB_SERVICES.items():
+            role, own_db, password = database.role, f"sagaworks_{database.suffix}", f"{svc}-secret"
+            own = self.psql(role, password, own_db, "-tAc",
                             "CREATE TABLE migrations_can_run (id int); SELECT current_database()")
             self.assertEqual(own.returncode, 0, own.stderr)
-            self.assertEqual(own.stdout.strip(), f"sagaworks_{svc}")
-            for other in ("order", "inventory", "payment", "postgres"):
-                if other == svc:
-                    continue
-                db = "postgres" if other == "postgres" else f"sagaworks_{other}"
-                denied = self.psql(f"{svc}_svc", password, db, "-c", "SELECT 1")
-                self.assertNotEqual(denied.returncode, 0, f"{svc}_svc reached {db}")
+            self.assertEqual(own.stdout.strip(), own_db)
+            for db in ["postgres"] + [f"sagaworks_{d.suffix}" for other, d in DB_SERVICES.items() if other != svc]:
+                denied = self.psql(role, password, db, "-c", "SELECT 1")
+                self.assertNotEqual(denied.returncode, 0, f"{role} reached {db}")
                 self.assertIn("permission denied for database", denied.stderr)
-            wrong = self.psql(f"{svc}_svc", "wrong", f"sagaworks_{svc}", "-c", "SELECT 1")
+            wrong = self.psql(role, "wrong", own_db, "-c", "SELECT 1")
             self.assertIn("password authentication failed", wrong.stderr)
         attrs = self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-tAc",
                           "SELECT bool_or(rolsuper OR rolcreatedb OR rolcreaterole) FROM pg_roles "
@@ -515,8 +579,9 @@ class PostgresInitTest(PostgresClusterCase):
         self.assertEqual(attrs.stdout.strip(), "f", "service roles must be unprivileged")
 
     def test_missing_or_empty_password_aborts_before_creating_anything(self) -> None:
-        for passwords in ({"ORDER_DB_PASSWORD": "x", "PAYMENT_DB_PASSWORD": "y"},
-                          {**self.PASSWORDS, "PAYMENT_DB_PASSWORD": ""}):
+        first, last = list(self.PASSWORDS)[0], list(self.PASSWORDS)[-1]
+        for passwords in ({k: v for k, v in self.PASSWORDS.items() if k != first},
+                          {**self.PASSWORDS, last: ""}):
             result = self.init(passwords)
             self.assertNotEqual(result.returncode, 0)
             self.assertIn("must be set to a non-empty password", result.stderr)
@@ -532,14 +597,14 @@ class PostgresK8sInitTest(PostgresClusterCase):
     def urls(self) -> dict[str, str]:
         secrets = {d["metadata"]["name"].rsplit("-", 1)[0]: d for d in render_overlay("dev") if d["kind"] == "Secret"}
         return {svc: base64.b64decode(secrets[f"{svc}-database"]["data"]["url"]).decode()
-                for svc in ("order", "inventory", "payment")}
+                for svc in DB_SERVICES}
 
     def init(self, url: str):
         return self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-f", str(K8S_INIT_SQL),
                          env={"SERVICE_DATABASE_URL": url})
 
     def test_each_service_secret_creates_a_role_that_reaches_only_its_own_database(self) -> None:
-        # One cluster for the three (the overlay runs three servers): also shows no cross access.
+        # One cluster for all (the overlay runs one server each): also shows no cross access.
         urls = self.urls()
         for svc, url in urls.items():
             result = self.init(url)
@@ -561,7 +626,7 @@ class PostgresK8sInitTest(PostgresClusterCase):
         attrs = self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-tAc",
                           "SELECT count(*), bool_or(rolsuper OR rolcreatedb OR rolcreaterole OR rolreplication "
                           "OR rolbypassrls) FROM pg_roles WHERE rolname LIKE '%\\_svc'")
-        self.assertEqual(attrs.stdout.strip(), "3|f", "three unprivileged service roles")
+        self.assertEqual(attrs.stdout.strip(), f"{len(DB_SERVICES)}|f", "one unprivileged role per service")
 
     def test_unusable_url_aborts_before_creating_anything(self) -> None:
         for url in ("", "postgres://order_svc@order-db:5432/sagaworks_order",  # no password
@@ -582,8 +647,10 @@ class KafkaInitTest(unittest.TestCase):
         raw = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
         script = raw["services"]["kafka-init"]["command"][0].replace("$$", "$")
         subprocess.run(["bash", "-n"], input=script, text=True, check=True)
-        # docs/design.md, "Events": the topics are <prefix>.<aggregate_type>.
-        for aggregate in ("order", "reservation", "product", "payment", "account"):
+        # docs/design.md, "Events": the topics are <prefix>.<aggregate_type>; services.toml
+        # says which services publish which.
+        self.assertTrue(AGGREGATES)
+        for aggregate in AGGREGATES:
             self.assertRegex(script, rf"\b{aggregate}\b")
         self.assertIn(".dlq", script)
 
@@ -624,7 +691,7 @@ class ManagedServicesExampleTest(unittest.TestCase):
         consistency.check_service_pods(report, "prod", docs)
         consistency.check_ingress(report, "prod", docs)
         self.assertEqual(report.failures, [])
-        for svc in ("order", "inventory", "payment"):
+        for svc in DB_SERVICES:
             pod = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == svc)["spec"]["template"]["spec"]
             for container in pod["containers"] + pod["initContainers"]:
                 mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
@@ -662,7 +729,7 @@ class BuildContextTest(unittest.TestCase):
             )
             self.assertEqual(result.returncode, 0, result.stderr)
             members = {p["name"] for p in yaml.safe_load(result.stdout)["packages"]}
-            self.assertLessEqual({"gateway", "order", "inventory", "payment"}, members)
+            self.assertLessEqual(set(SERVICES), members)
 
     def test_context_has_what_the_build_reads(self) -> None:
         wanted = [Path("Cargo.lock"), Path("deploy/http-probe")]
@@ -676,7 +743,7 @@ class BuildContextTest(unittest.TestCase):
             self.assertTrue(path in self.context, f"{path} is excluded from the build context")
 
     def test_context_leaves_out_what_the_build_does_not_read(self) -> None:
-        for path in (".git", "target", "k8s", "docs", "docker-compose.yml", "deploy/Dockerfile"):
+        for path in (".git", "target", "k8s", "docs", "docker-compose.yml", "deploy/Dockerfile", "services.toml"):
             self.assertFalse(Path(path) in self.context, f"{path} is sent to the build")
 
 

@@ -6,7 +6,8 @@
 //!   k8s overlays set for a service is a key of that service's real `Settings` type (env
 //!   names are derived from `Settings::default()` serialized to JSON), the ports are the
 //!   `Settings` defaults, image names agree, `deploy/config-keys.txt` lists exactly the
-//!   names in use, and the values load through `sagaworks_config::load_from`.
+//!   names in use, and the values load through `sagaworks_config::load_from`. The services
+//!   and their ports come from `services.toml`.
 //!
 //! Needs `kubectl` (for `kubectl kustomize`); a missing tool fails the tests, it never
 //! skips them.
@@ -19,6 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, SystemTime};
+use system_tests::services::{Kind, ServiceEntry, ServicesToml};
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
@@ -37,12 +39,12 @@ fn output_text(out: &Output) -> String {
 
 /// One service as the Rust code defines it.
 struct Service {
-    name: &'static str,
+    name: String,
     /// `Settings::default()` as JSON.
     defaults: Json,
     /// `sagaworks_config::load_from::<Settings>(None)` as JSON, with the current env.
     load: fn() -> Result<Json, String>,
-    /// docs/design.md, "Services, ports, config".
+    /// services.toml (docs/design.md, "Services, ports, config", for people).
     design_http: u16,
     design_grpc: Option<u16>,
 }
@@ -66,13 +68,9 @@ fn load_gateway() -> Result<Json, String> {
 }
 
 impl Service {
-    fn of<S: Serialize + DeserializeOwned + Default>(
-        name: &'static str,
-        http: u16,
-        grpc: Option<u16>,
-    ) -> Self {
+    fn of<S: Serialize + DeserializeOwned + Default>(name: &str, http: u16, grpc: Option<u16>) -> Self {
         let defaults = serde_json::to_value(S::default()).expect("Settings serialize to JSON");
-        Self { name, defaults, load: load::<S>, design_http: http, design_grpc: grpc }
+        Self { name: name.to_string(), defaults, load: load::<S>, design_http: http, design_grpc: grpc }
     }
 
     fn default_port(&self, section: &str) -> Option<u16> {
@@ -87,13 +85,25 @@ impl Service {
     }
 }
 
+/// The services of services.toml, each with its Settings type (the one thing the file
+/// cannot say).
 fn services() -> Vec<Service> {
-    vec![
-        Service { load: load_gateway, ..Service::of::<gateway::config::Settings>("gateway", 8080, None) },
-        Service::of::<order::config::Settings>("order", 8081, Some(50051)),
-        Service::of::<inventory::config::Settings>("inventory", 8082, Some(50052)),
-        Service::of::<payment::config::Settings>("payment", 8083, Some(50053)),
-    ]
+    let of = |entry: &ServiceEntry| {
+        let (name, http, grpc) = (entry.name.as_str(), entry.http_port, entry.grpc_port);
+        match name {
+            "gateway" => {
+                Service { load: load_gateway, ..Service::of::<gateway::config::Settings>(name, http, grpc) }
+            }
+            "order" => Service::of::<order::config::Settings>(name, http, grpc),
+            "inventory" => Service::of::<inventory::config::Settings>(name, http, grpc),
+            "payment" => Service::of::<payment::config::Settings>(name, http, grpc),
+            other => panic!(
+                "services.toml names {other}: add its Settings to tests/deploy.rs's services() \
+                 and a compose_and_k8s_env_of_{other}_loads_into_its_settings test"
+            ),
+        }
+    };
+    ServicesToml::workspace().services.iter().map(of).collect()
 }
 
 /// Env names accepted by a Settings type: `APP_` + the key path upper-cased, joined by
@@ -353,8 +363,8 @@ fn all_deployments(names: &[&str]) -> Vec<Deployed> {
     all
 }
 
-fn service_names(services: &[Service]) -> Vec<&'static str> {
-    services.iter().map(|s| s.name).collect()
+fn service_names(services: &[Service]) -> Vec<&str> {
+    services.iter().map(|s| s.name.as_str()).collect()
 }
 
 // --- config consistency ------------------------------------------------------------------
@@ -430,16 +440,33 @@ fn image_names_match_across_compose_and_k8s() {
     }
 }
 
-/// `deploy/config-keys.txt` as {env name: services}.
+/// `deploy/config-keys.txt` as {env name: services}; `@all` and `@backends` stand for
+/// every service of services.toml and those of kind backend.
 fn config_keys() -> BTreeMap<String, BTreeSet<String>> {
     let path = workspace_root().join("deploy/config-keys.txt");
     let text = std::fs::read_to_string(&path).expect("deploy/config-keys.txt");
+    let listed = ServicesToml::workspace();
+    let group = |word: &str| -> Vec<String> {
+        let of_kind = |kind: Option<Kind>| {
+            listed
+                .services
+                .iter()
+                .filter(|s| kind.is_none_or(|k| s.kind == k))
+                .map(|s| s.name.clone())
+                .collect()
+        };
+        match word {
+            "@all" => of_kind(None),
+            "@backends" => of_kind(Some(Kind::Backend)),
+            name => vec![name.to_string()],
+        }
+    };
     let mut keys = BTreeMap::new();
     for (number, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or_default().trim();
         let mut words = line.split_whitespace();
         let Some(name) = words.next() else { continue };
-        let readers: BTreeSet<String> = words.map(String::from).collect();
+        let readers: BTreeSet<String> = words.flat_map(group).collect();
         assert!(!readers.is_empty(), "{}:{}: {name} names no service", path.display(), number + 1);
         assert!(
             keys.insert(name.to_string(), readers).is_none(),
@@ -674,6 +701,37 @@ fn new_service_template_generates_a_crate_that_builds_and_passes_its_test() {
     run("scripts/new-service", Command::new(copy.join("scripts/new-service")).arg(name), &scratch, minute);
     let manifest = std::fs::read_to_string(copy.join("Cargo.toml")).expect("Cargo.toml");
     assert!(manifest.contains(&format!("\"services/{name}\"")), "added to the workspace members");
+    // Added to services.toml, after what was there, so the scripts and deploy checks know it.
+    let (before, after) = (ServicesToml::workspace(), ServicesToml::read(&copy));
+    assert_eq!(
+        after.services[..before.services.len()],
+        before.services[..],
+        "services.toml keeps its services"
+    );
+    let entry = after.get(name).unwrap_or_else(|| panic!("services.toml of the copy names {name}"));
+    assert_eq!(after.services.len(), before.services.len() + 1, "one service added");
+    assert_eq!(entry.kind, Kind::Backend);
+    let database = entry.database.as_ref().expect("the new service owns a database");
+    assert_eq!((database.suffix.as_str(), database.role.as_str()), (name, format!("{name}_svc").as_str()));
+    let config =
+        std::fs::read_to_string(copy.join("services").join(name).join("src/config.rs")).expect("config.rs");
+    for port in [Some(entry.http_port), entry.grpc_port] {
+        let port = port.expect("HTTP and gRPC ports");
+        assert!(
+            config.contains(&format!("\"127.0.0.1\", {port})")),
+            "services.toml's port {port} is the Settings default"
+        );
+    }
+    let mut dirs: Vec<String> = std::fs::read_dir(copy.join("services"))
+        .expect("services/")
+        .filter_map(|e| {
+            e.ok().filter(|e| e.path().is_dir()).map(|e| e.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    let mut listed: Vec<String> = after.services.iter().map(|s| s.name.clone()).collect();
+    dirs.sort();
+    listed.sort();
+    assert_eq!(dirs, listed, "services.toml of the copy names exactly its services/ directories");
     assert!(copy.join("migrations").join(name).is_dir(), "migrations/{name} created");
 
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());

@@ -772,8 +772,9 @@ fn psql(url: &str, sql: &str) -> std::process::Output {
     child.wait_with_output().expect("psql runs")
 }
 
-/// `scripts/dev-up` gives each service a login role of its own, and each service
-/// connects as it (never as `postgres`). The roles are made by dev-up's own SQL, read
+/// `scripts/dev-up` gives each service a login role of its own (its `database.role` in
+/// services.toml), and each service connects as it (never as `postgres`). The roles are
+/// made by dev-up's own SQL, read
 /// from the script and run on the test server for fresh names: each is no superuser,
 /// cannot create roles or databases, owns its database (migrations can create tables),
 /// and is refused by the other services' databases (CONNECT revoked from PUBLIC).
@@ -782,36 +783,43 @@ async fn dev_up_service_roles_are_unprivileged_and_reach_only_their_own_database
     use sqlx::Connection;
     use sqlx::postgres::{PgConnectOptions, PgConnection};
     use std::str::FromStr;
-    const SERVICES: [&str; 3] = ["order", "inventory", "payment"];
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace");
+    let listed = system_tests::services::ServicesToml::workspace();
+    let services: Vec<&str> = listed.with_database().map(|(s, _)| s.name.as_str()).collect();
+    let mut roles: Vec<&str> = listed.with_database().map(|(_, db)| db.role.as_str()).collect();
+    roles.sort_unstable();
+    roles.dedup();
+    assert_eq!(roles.len(), services.len(), "services.toml: a role per service");
+    assert!(!roles.contains(&"postgres"), "services.toml: no service logs in as postgres");
+    let root = system_tests::services::workspace_root();
     let script = std::fs::read_to_string(root.join("scripts/dev-up")).expect("scripts/dev-up");
     let start = script.find("<<SQL").expect("dev-up creates the roles in a <<SQL here-document");
     let body = &script[start..][script[start..].find('\n').expect("here-document") + 1..];
     let sql = &body[..body.find("\nSQL\n").expect("the here-document ends with SQL")];
-    assert!(script.contains(r#"role="${svc}_svc" db="${DBP}_${svc}""#), "dev-up's role and database names");
-    for svc in SERVICES {
-        assert!(
-            script.contains(&format!(r#"APP_DATABASE__URL="postgres://{svc}_svc@"#)),
-            "dev-up starts {svc} as {svc}_svc"
-        );
-    }
+    assert!(
+        script.contains(r#"role="$(sw_db_role "$svc")" db="$(sw_db_name "$svc" "$DBP")""#),
+        "dev-up's role and database names (services.toml)"
+    );
+    assert!(
+        script.contains(r#"APP_DATABASE__URL="postgres://$(sw_db_role "$svc")@"#),
+        "dev-up starts each service as its role"
+    );
 
     let admin_url = sagaworks_test_support::TestDatabase::admin_url();
     let prefix = format!("sw_roles_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let names = |svc: &str| (format!("{prefix}_{svc}_svc"), format!("{prefix}_{svc}"));
     let _cleanup = DropRoles {
         admin_url: admin_url.clone(),
-        databases: SERVICES.iter().map(|s| names(s).1).collect(),
-        roles: SERVICES.iter().map(|s| names(s).0).collect(),
+        databases: services.iter().map(|s| names(s).1).collect(),
+        roles: services.iter().map(|s| names(s).0).collect(),
     };
-    for svc in SERVICES {
+    for &svc in &services {
         let (role, db) = names(svc);
         let out = psql(&admin_url, &sql.replace("${role}", &role).replace("${db}", &db));
         assert!(out.status.success(), "dev-up's SQL for {svc}: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     let admin = PgConnectOptions::from_str(&admin_url).expect("SW_TEST_PG_URL");
-    for svc in SERVICES {
+    for &svc in &services {
         let (role, db) = names(svc);
         let mut own = PgConnection::connect_with(&admin.clone().username(&role).database(&db))
             .await
@@ -833,7 +841,7 @@ async fn dev_up_service_roles_are_unprivileged_and_reach_only_their_own_database
             .await
             .expect("owns its database");
         own.close().await.ok();
-        for other in SERVICES.into_iter().filter(|o| *o != svc) {
+        for &other in services.iter().filter(|o| **o != svc) {
             let (_, other_db) = names(other);
             let refused =
                 PgConnection::connect_with(&admin.clone().username(&role).database(&other_db)).await;

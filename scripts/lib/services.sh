@@ -1,0 +1,112 @@
+# shellcheck shell=bash
+# The scripts' reader of services.toml (the repository root): source it, then ask.
+#
+#   sw_services            every service, in start order (file order)
+#   sw_backends            the services of kind "backend"
+#   sw_gateways            the services of kind "gateway"
+#   sw_db_services         the services that own a database
+#   sw_has_db <svc>        whether it owns one (exit status)
+#   sw_processes           what scripts/dev-up runs, in start order: the broker, then sw_services
+#   sw_start_waves         one line per start wave, its services space-separated: a wave's
+#                          services call only services of earlier waves
+#   sw_port <svc> http|grpc, sw_port broker     a port (fails when there is none)
+#   sw_db_name <svc> [prefix]   its database: <prefix>_<suffix> (prefix default sagaworks)
+#   sw_db_role <svc>       its database login role
+#   sw_topics              every aggregate (topic suffix) a service publishes
+#
+# The lists are also arrays (SW_SERVICES, SW_BACKENDS, SW_GATEWAYS, SW_DB_SERVICES,
+# SW_PROCESSES, SW_START_WAVES, SW_TOPICS), the rest associative arrays (SW_PORTS keyed
+# <svc>/http, <svc>/grpc and broker/; SW_DB_SUFFIX, SW_DB_ROLE keyed by service).
+# The file is read once, when this is sourced (python3 >= 3.11: tomllib, the standard
+# library), and checked: a bad file stops the sourcing script. SW_SERVICES_TOML overrides
+# the file's path.
+SW_SERVICES_TOML="${SW_SERVICES_TOML:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/services.toml}"
+
+_sw_vars="$(python3 - "$SW_SERVICES_TOML" <<'PY'
+import re, shlex, sys, tomllib
+
+path = sys.argv[1]
+def fail(msg):
+    sys.exit(f"{path}: {msg}")
+
+try:
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+except (OSError, tomllib.TOMLDecodeError) as e:
+    fail(e)
+name_re = re.compile(r"[a-z][a-z0-9]*")
+ident_re = re.compile(r"[a-z][a-z0-9_]*")
+broker = doc.get("broker") or {}
+if not name_re.fullmatch(str(broker.get("name", ""))) or not isinstance(broker.get("port"), int):
+    fail("[broker] needs a name and a port")
+services, wave = [], {}
+for s in doc.get("service") or []:
+    name = s.get("name")
+    if not isinstance(name, str) or not name_re.fullmatch(name) or name in wave or name == broker["name"]:
+        fail(f"bad or repeated service name {name!r}")
+    if s.get("kind") not in ("backend", "gateway"):
+        fail(f"{name}: kind must be backend or gateway")
+    for key in ("http_port", "grpc_port"):
+        if key in s and not isinstance(s[key], int):
+            fail(f"{name}: {key} must be a number")
+    if "http_port" not in s:
+        fail(f"{name}: no http_port")
+    db = s.get("database")
+    if db is not None and not all(ident_re.fullmatch(str(db.get(k, ""))) for k in ("suffix", "role")):
+        fail(f"{name}: database needs a suffix and a role")
+    for callee in s.get("calls") or []:
+        if callee not in wave:
+            fail(f"{name} calls {callee!r}, which is not a service listed before it")
+    # Started once everything it calls is ready.
+    wave[name] = 1 + max((wave[c] for c in s.get("calls") or []), default=-1)
+    services.append(s)
+
+def arr(var, items):
+    print(f"{var}=({' '.join(shlex.quote(str(i)) for i in items)})")
+
+names = [s["name"] for s in services]
+arr("SW_SERVICES", names)
+arr("SW_BACKENDS", [s["name"] for s in services if s["kind"] == "backend"])
+arr("SW_GATEWAYS", [s["name"] for s in services if s["kind"] == "gateway"])
+arr("SW_DB_SERVICES", [s["name"] for s in services if s.get("database")])
+arr("SW_PROCESSES", [broker["name"], *names])
+arr("SW_START_WAVES", [" ".join(n for n in names if wave[n] == w) for w in sorted(set(wave.values()))])
+arr("SW_TOPICS", [t for s in services for t in s.get("topics") or []])
+ports = {f"{broker['name']}/": broker["port"]}
+for s in services:
+    ports[f"{s['name']}/http"] = s["http_port"]
+    if "grpc_port" in s:
+        ports[f"{s['name']}/grpc"] = s["grpc_port"]
+print("declare -gA SW_PORTS=(" + " ".join(f"[{k}]={v}" for k, v in ports.items()) + ")")
+dbs = [(s["name"], s["database"]) for s in services if s.get("database")]
+print("declare -gA SW_DB_SUFFIX=(" + " ".join(f"[{n}]={d['suffix']}" for n, d in dbs) + ")")
+print("declare -gA SW_DB_ROLE=(" + " ".join(f"[{n}]={d['role']}" for n, d in dbs) + ")")
+PY
+)" || { echo "scripts/lib/services.sh: cannot read $SW_SERVICES_TOML" >&2; exit 1; }
+eval "$_sw_vars"
+unset _sw_vars
+
+_sw_lines() { [ $# -eq 0 ] || printf '%s\n' "$@"; }
+sw_services() { _sw_lines "${SW_SERVICES[@]}"; }
+sw_backends() { _sw_lines "${SW_BACKENDS[@]}"; }
+sw_gateways() { _sw_lines "${SW_GATEWAYS[@]}"; }
+sw_db_services() { _sw_lines "${SW_DB_SERVICES[@]}"; }
+sw_processes() { _sw_lines "${SW_PROCESSES[@]}"; }
+sw_start_waves() { _sw_lines "${SW_START_WAVES[@]}"; }
+sw_topics() { _sw_lines "${SW_TOPICS[@]}"; }
+sw_port() { # service, http|grpc (nothing for the broker)
+    local port="${SW_PORTS[$1/${2:-}]:-}"
+    [ -n "$port" ] || { echo "services.toml: $1 has no ${2:-} port" >&2; return 1; }
+    echo "$port"
+}
+sw_has_db() { [[ -v "SW_DB_ROLE[$1]" ]]; }
+sw_db_name() { # service, [prefix]
+    local suffix="${SW_DB_SUFFIX[$1]:-}"
+    [ -n "$suffix" ] || { echo "services.toml: $1 owns no database" >&2; return 1; }
+    echo "${2:-sagaworks}_$suffix"
+}
+sw_db_role() { # service
+    local role="${SW_DB_ROLE[$1]:-}"
+    [ -n "$role" ] || { echo "services.toml: $1 owns no database" >&2; return 1; }
+    echo "$role"
+}
