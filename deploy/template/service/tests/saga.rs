@@ -35,7 +35,8 @@ async fn run_case(case: Case) -> Result<(), String> {
     let item = app.client.clone().create_item(request).await.map_err(|e| e.to_string())?.into_inner();
     if case.crashes() {
         let mut second = app.settings.clone();
-        (second.saga.crash_point, second.saga.faults) = (String::new(), String::new());
+        second.saga.crash_point = String::new();
+        case.apply_resumed(&mut second.saga);
         (second.grpc, second.http) = (local(), local());
         app.start_replica(second).await;
     }
