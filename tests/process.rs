@@ -7,17 +7,9 @@
 
 use sagaworks_test_support::{Broker, TestDatabase, eventually, free_port};
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn binary(name: &str) -> PathBuf {
-    // target/<profile>/deps/<this test> -> target/<profile>/<name>
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().and_then(|deps| deps.parent()).unwrap().join(name);
-    assert!(path.exists(), "{} is missing: run `cargo build --workspace` first", path.display());
-    path
-}
+use system_tests::processes::binary;
 
 #[tokio::test]
 async fn payment_reads_file_and_env_logs_json_and_drains_on_sigterm() {

@@ -2,9 +2,9 @@
 //! its own database and configuration file, against one broker.
 //!
 //! In-process services share one global `tracing` subscriber, so they cannot
-//! export spans under their own `service.name`; a process each can. Needs the
-//! binaries built next to the test (`cargo build --workspace`, which
-//! `scripts/test` does first).
+//! export spans under their own `service.name`; a process each can. The
+//! binaries are built next to the test before the first one starts
+//! ([`binary`]), so a test never runs a stale one.
 //!
 //! ```ignore
 //! let receiver = OtlpReceiver::start().await;
@@ -14,10 +14,12 @@
 //! ```
 
 use crate::auth::{TEST_JWT_SECRET, admin_token};
+use crate::services::{ServicesToml, workspace_root};
 use sagaworks_config::KafkaSettings;
 use sagaworks_test_support::{Broker, TestDatabase, eventually, free_port};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long a service may take to become ready.
@@ -25,18 +27,45 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a service may take to exit after SIGTERM.
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// `target/<profile>/<name>`, next to the test binary's `deps` directory.
-/// Panics with what to run when it is missing.
+/// `target/<profile>/<name>`, next to the test binary's `deps` directory,
+/// built first: a test never runs a service binary older than its sources
+/// (nothing else builds the binaries when only the tests are run).
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>");
+    build_services(dir);
     let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build the services first (`cargo build --workspace`, as scripts/test does)",
-        path.display()
-    );
+    assert!(path.exists(), "{} is missing after building the services", path.display());
     path
+}
+
+/// `cargo build` of every service of `services.toml` into the test's own
+/// target directory and profile, once per test process; a no-op (about a
+/// second) when they are up to date.
+fn build_services(dir: &Path) {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let profile = match dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => "dev",
+            Some(other) => other,
+            None => panic!("no profile directory in {}", dir.display()),
+        };
+        let target_dir = dir.parent().expect("target/<profile>");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut command = Command::new(cargo);
+        command.current_dir(workspace_root()).env("CARGO_TARGET_DIR", target_dir).args([
+            "build",
+            "--quiet",
+            "--locked",
+            "--profile",
+            profile,
+        ]);
+        for service in &ServicesToml::workspace().services {
+            command.args(["-p", &service.name]);
+        }
+        let status = command.status().expect("cargo runs");
+        assert!(status.success(), "building the service binaries failed ({status})");
+    });
 }
 
 /// One service binary running as a child process; killed (SIGKILL) on drop
