@@ -5,7 +5,7 @@
 //! start of each partition up to its high watermark by a checker consumer
 //! (plain partition assignment, no group: nothing is committed).
 
-use super::{Verdict, first};
+use super::{Verdict, first, settled};
 use crate::ToolError;
 use crate::pg::Databases;
 use chrono::{DateTime, Utc};
@@ -24,8 +24,7 @@ pub const AGGREGATES: [&str; 5] = ["order", "reservation", "payment", "product",
 
 /// Waits up to `settle` until no outbox row is unpublished in any database.
 pub async fn drained(dbs: &Databases, settle: Duration) -> Result<Verdict, ToolError> {
-    let deadline = Instant::now() + settle;
-    loop {
+    settled(settle, || async {
         let mut backlog = Vec::new();
         for (service, pool) in dbs.all() {
             let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
@@ -35,13 +34,11 @@ pub async fn drained(dbs: &Databases, settle: Duration) -> Result<Verdict, ToolE
                 backlog.push(format!("{service}: {n} unpublished"));
             }
         }
-        if backlog.is_empty() || Instant::now() >= deadline {
-            let ok = backlog.is_empty();
-            let detail = if ok { "every outbox row is published".to_string() } else { first(&backlog) };
-            return Ok(Verdict { name: "outbox drained", ok, detail });
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        let ok = backlog.is_empty();
+        let detail = if ok { "every outbox row is published".to_string() } else { first(&backlog) };
+        Ok(Verdict { name: "outbox drained", ok, detail })
+    })
+    .await
 }
 
 /// Event ids on the topics, with how many times each was seen.

@@ -48,6 +48,24 @@ impl fmt::Display for Verdict {
     }
 }
 
+/// Runs `check` until its verdict is ok or `settle` has passed, every 500 ms,
+/// and returns the last verdict: for invariants the system reaches
+/// asynchronously (sagas finishing, relays draining, consumers settling).
+async fn settled<F, Fut>(settle: std::time::Duration, mut check: F) -> Result<Verdict, crate::ToolError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Verdict, crate::ToolError>>,
+{
+    let deadline = std::time::Instant::now() + settle;
+    loop {
+        let verdict = check().await?;
+        if verdict.ok || std::time::Instant::now() >= deadline {
+            return Ok(verdict);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
 /// At most this many offenders are named in a verdict.
 const SHOWN: usize = 5;
 

@@ -1,11 +1,11 @@
 //! Every order ends CONFIRMED or CANCELLED, with its saga finished the same
 //! way: COMPLETED for a confirmed order, COMPENSATED for a cancelled one.
 
-use super::{Verdict, first};
+use super::{Verdict, first, settled};
 use crate::ToolError;
 use sqlx::PgPool;
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use uuid::Uuid;
 
 /// The order saga's type in `saga_instances` (its key is the order id).
@@ -64,8 +64,7 @@ pub async fn terminal(
     accepted: &[Uuid],
     settle: Duration,
 ) -> Result<Verdict, ToolError> {
-    let deadline = Instant::now() + settle;
-    loop {
+    settled(settle, || async {
         let orders = orders(order_db, customers, accepted).await?;
         let mut open: Vec<String> = orders.iter().filter_map(|(id, row)| offence(id, row)).collect();
         open.sort();
@@ -74,27 +73,25 @@ pub async fn terminal(
             .filter(|id| !orders.contains_key(id))
             .map(|id| format!("{id} accepted but absent"))
             .collect();
-        if (open.is_empty() && missing.is_empty()) || Instant::now() >= deadline {
-            let count = |s: &str| orders.values().filter(|row| row.status == s).count();
-            let unfinished = orders
-                .values()
-                .filter(|row| row.saga.as_ref().is_some_and(|(s, _)| s == "RUNNING" || s == "COMPENSATING"))
-                .count();
-            let mut detail = format!(
-                "{} orders ({} accepted by the API): {} CONFIRMED, {} CANCELLED, {} PENDING; {} sagas unfinished",
-                orders.len(),
-                accepted.len(),
-                count("CONFIRMED"),
-                count("CANCELLED"),
-                count("PENDING"),
-                unfinished
-            );
-            let offenders: Vec<String> = missing.into_iter().chain(open).collect();
-            if !offenders.is_empty() {
-                detail.push_str(&format!(" after {settle:?}: {}", first(&offenders)));
-            }
-            return Ok(Verdict { name: "orders terminal", ok: offenders.is_empty(), detail });
+        let count = |s: &str| orders.values().filter(|row| row.status == s).count();
+        let unfinished = orders
+            .values()
+            .filter(|row| row.saga.as_ref().is_some_and(|(s, _)| s == "RUNNING" || s == "COMPENSATING"))
+            .count();
+        let mut detail = format!(
+            "{} orders ({} accepted by the API): {} CONFIRMED, {} CANCELLED, {} PENDING; {} sagas unfinished",
+            orders.len(),
+            accepted.len(),
+            count("CONFIRMED"),
+            count("CANCELLED"),
+            count("PENDING"),
+            unfinished
+        );
+        let offenders: Vec<String> = missing.into_iter().chain(open).collect();
+        if !offenders.is_empty() {
+            detail.push_str(&format!(" after {settle:?}: {}", first(&offenders)));
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        Ok(Verdict { name: "orders terminal", ok: offenders.is_empty(), detail })
+    })
+    .await
 }

@@ -4,11 +4,11 @@
 //! COMMITTED, a CANCELLED order's RELEASED or never made), and no
 //! reservation belongs to an unknown order.
 
-use super::{Verdict, first, uuids};
+use super::{Verdict, first, settled, uuids};
 use crate::pg::Databases;
 use crate::{FixtureProduct, ToolError};
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use uuid::Uuid;
 
 /// The product counters and the reservation lines' sums.
@@ -41,14 +41,7 @@ pub async fn conserved(
     customers: &[Uuid],
     settle: Duration,
 ) -> Result<Verdict, ToolError> {
-    let deadline = Instant::now() + settle;
-    loop {
-        let verdict = check(dbs, products, customers).await?;
-        if verdict.ok || Instant::now() >= deadline {
-            return Ok(verdict);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    settled(settle, || check(dbs, products, customers)).await
 }
 
 async fn check(
