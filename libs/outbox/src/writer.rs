@@ -102,7 +102,18 @@ impl OutboxWriter {
 
     /// The typed `event` as a [`PendingEvent`] (see [`Self::pending`]).
     pub fn stage<E: Event>(&self, event: &E) -> Result<PendingEvent, OutboxError> {
-        self.pending(NewEvent::typed(event)?)
+        // Serialised once, straight to bytes (not through a `serde_json::Value`).
+        self.stamp(
+            NewEvent {
+                aggregate_type: E::AGGREGATE.into(),
+                aggregate_id: event.aggregate_id(),
+                event_type: E::TYPE.into(),
+                schema_version: E::VERSION,
+                data_schema: Some(E::data_schema()),
+                payload: serde_json::Value::Null,
+            },
+            serde_json::to_vec(event)?,
+        )
     }
 
     /// `event`, checked and stamped (id, source, the current span's trace
@@ -110,6 +121,11 @@ impl OutboxWriter {
     /// [`PendingEvent`].
     pub fn pending(&self, event: NewEvent) -> Result<PendingEvent, OutboxError> {
         let payload = serde_json::to_vec(&event.payload)?;
+        self.stamp(event, payload)
+    }
+
+    /// `event` with `payload` (its serialised payload; `event.payload` is not read).
+    fn stamp(&self, event: NewEvent, payload: Vec<u8>) -> Result<PendingEvent, OutboxError> {
         if payload.len() > MAX_PAYLOAD_BYTES {
             return Err(OutboxError::PayloadTooLarge {
                 event_type: event.event_type,
@@ -117,6 +133,7 @@ impl OutboxWriter {
                 max: MAX_PAYLOAD_BYTES,
             });
         }
+        let (traceparent, tracestate) = sagaworks_telemetry::propagation::current_w3c();
         Ok(PendingEvent {
             id: Uuid::now_v7(),
             aggregate_type: event.aggregate_type,
@@ -126,8 +143,8 @@ impl OutboxWriter {
             data_schema: event.data_schema,
             source: self.source.clone(),
             payload,
-            traceparent: sagaworks_telemetry::propagation::current_traceparent(),
-            tracestate: sagaworks_telemetry::propagation::current_tracestate(),
+            traceparent,
+            tracestate,
         })
     }
 }

@@ -35,12 +35,25 @@ pub fn current_context() -> Context {
 /// `None` outside a span. Unsampled spans have one too (flags `00`), so the sampling
 /// decision travels downstream.
 pub fn current_traceparent() -> Option<String> {
-    w3c_fields(&current_context()).remove(TRACEPARENT)
+    current_w3c().0
 }
 
 /// The W3C `tracestate` of the current span, or `None` when it is empty or there is no span.
 pub fn current_tracestate() -> Option<String> {
-    w3c_fields(&current_context()).remove(TRACESTATE).filter(|state| !state.is_empty())
+    current_w3c().1
+}
+
+/// [`current_traceparent`] and [`current_tracestate`] together, from one look-up of
+/// the current context (what an outbox row stores).
+pub fn current_w3c() -> (Option<String>, Option<String>) {
+    w3c_of(&current_context())
+}
+
+/// The `traceparent` and non-empty `tracestate` of `cx` (none when it has no valid span context).
+fn w3c_of(cx: &Context) -> (Option<String>, Option<String>) {
+    let mut fields = W3c::default();
+    TraceContextPropagator::new().inject_context(cx, &mut fields);
+    (fields.traceparent, fields.tracestate.filter(|state| !state.is_empty()))
 }
 
 /// The trace id (32 lower-case hex digits) of the current span, or `None` outside a span.
@@ -98,19 +111,41 @@ pub fn headers_for(cx: &Context) -> Vec<(String, String)> {
 /// The remote context in a list of byte-valued headers (Kafka headers). Header names
 /// are matched case-insensitively; values that are not UTF-8 are ignored.
 pub fn context_from_pairs<'a>(pairs: impl Iterator<Item = (&'a str, &'a [u8])>) -> Context {
-    let carrier: HashMap<String, String> = pairs
-        .filter_map(|(key, value)| {
-            Some((key.to_ascii_lowercase(), std::str::from_utf8(value).ok()?.to_owned()))
-        })
-        .collect();
+    // Borrowed, not copied: a message carries a dozen headers, the propagator reads two.
+    let carrier = BorrowedPairs(
+        pairs.filter_map(|(key, value)| Some((key, std::str::from_utf8(value).ok()?))).collect(),
+    );
     extract(&carrier)
 }
 
-/// The W3C fields of `cx` (empty when it has no valid span context).
-fn w3c_fields(cx: &Context) -> HashMap<String, String> {
-    let mut fields = HashMap::new();
-    TraceContextPropagator::new().inject_context(cx, &mut fields);
-    fields
+/// Header pairs as an extraction carrier, names matched case-insensitively.
+struct BorrowedPairs<'a>(Vec<(&'a str, &'a str)>);
+
+impl Extractor for BorrowedPairs<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| *v)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.iter().map(|(k, _)| *k).collect()
+    }
+}
+
+/// The two W3C fields, as an injection carrier.
+#[derive(Default)]
+struct W3c {
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+}
+
+impl Injector for W3c {
+    fn set(&mut self, key: &str, value: String) {
+        match key {
+            TRACEPARENT => self.traceparent = Some(value),
+            TRACESTATE => self.tracestate = Some(value),
+            _ => {}
+        }
+    }
 }
 
 /// An ordered list of header pairs as an injection carrier; empty values (an empty
@@ -142,7 +177,7 @@ mod tests {
         assert_eq!(sc.trace_id(), TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap());
         assert_eq!(sc.span_id(), SpanId::from_hex("00f067aa0ba902b7").unwrap());
         assert_eq!(sc.trace_state().header(), "vendor=1");
-        assert_eq!(w3c_fields(&cx).get(TRACEPARENT).map(String::as_str), Some(TP));
+        assert_eq!(w3c_of(&cx), (Some(TP.to_owned()), Some("vendor=1".to_owned())));
     }
 
     #[test]
