@@ -7,8 +7,8 @@
 //! before returned on another replica.
 
 use crate::statement::Statement;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use std::future::Future;
 use uuid::Uuid;
 
@@ -173,7 +173,7 @@ impl<'a, S: Saga> StepContext<'a, S> {
     pub fn try_output<A: Action<S>>(&self) -> Result<Option<A::Output>, StepError> {
         match self.outputs.get(A::NAME) {
             None => Ok(None),
-            Some(v) => serde_json::from_value(v.clone())
+            Some(v) => A::Output::deserialize(v)
                 .map(Some)
                 .map_err(|e| StepError::Failed(format!("output of {} does not decode: {e}", A::NAME))),
         }

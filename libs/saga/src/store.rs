@@ -102,6 +102,7 @@ text_enum!(StepStatus { Running, Succeeded, Failed });
 
 /// One step of an instance, as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(from = "StoredStep")]
 pub struct StepRecord {
     pub name: String,
     pub status: StepStatus,
@@ -110,9 +111,56 @@ pub struct StepRecord {
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
     /// Each attempt's outcome, oldest first (a success is stored as the
-    /// row's status and times, and listed here by [`steps_json`]).
+    /// row's status and times, and listed here when the row is read).
     #[serde(default)]
     pub history: Vec<AttemptRecord>,
+}
+
+/// A step as [`steps_json`] reads it: `history` holds the attempts that did
+/// not simply succeed; a success is the row's own status and times, turned
+/// into the last [`AttemptRecord`] here rather than in SQL (the order view
+/// reads every step of every order it shows).
+#[derive(Deserialize)]
+struct StoredStep {
+    name: String,
+    status: StepStatus,
+    attempts: i32,
+    error: Option<String>,
+    started_at: DateTime<Utc>,
+    finished_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    history: Vec<AttemptRecord>,
+    /// Absent from a serialised [`StepRecord`]: its history is complete.
+    #[serde(default)]
+    attempt_started_at: Option<DateTime<Utc>>,
+}
+
+impl From<StoredStep> for StepRecord {
+    fn from(s: StoredStep) -> Self {
+        let mut history = s.history;
+        // An operator's `resolved` is the success's own entry.
+        if let (StepStatus::Succeeded, Some(started_at), Some(ended_at)) =
+            (s.status, s.attempt_started_at, s.finished_at)
+            && history.last().is_none_or(|a| a.outcome != "resolved")
+        {
+            history.push(AttemptRecord {
+                attempt: s.attempts,
+                started_at,
+                ended_at,
+                outcome: "succeeded".into(),
+                error: None,
+            });
+        }
+        StepRecord {
+            name: s.name,
+            status: s.status,
+            attempts: s.attempts,
+            error: s.error,
+            started_at: s.started_at,
+            finished_at: s.finished_at,
+            history,
+        }
+    }
 }
 
 /// One attempt of a step: when it ran and how it ended (`succeeded`,
@@ -158,12 +206,7 @@ pub const INSTANCE_COLUMNS: &str = "id, saga_type, key, status, current_step, fa
 pub fn steps_json(instance: &str) -> String {
     format!(
         "(SELECT COALESCE(json_agg(st ORDER BY st.started_at, st.name), '[]')
-          FROM (SELECT name, status, attempts, error, started_at, finished_at,
-                       history || CASE WHEN status = 'SUCCEEDED' AND history -> -1 ->> 'outcome' IS DISTINCT FROM 'resolved'
-                                       THEN jsonb_build_array(jsonb_build_object(
-                                                'attempt', attempts, 'started_at', attempt_started_at,
-                                                'ended_at', finished_at, 'outcome', 'succeeded', 'error', NULL))
-                                       ELSE '[]'::jsonb END AS history
+          FROM (SELECT name, status, attempts, error, started_at, finished_at, history, attempt_started_at
                 FROM saga_instance_steps WHERE saga_id = {instance}.id) st)"
     )
 }
