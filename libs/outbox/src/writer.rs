@@ -199,25 +199,25 @@ impl PendingEvent {
     /// that CTE returns: give one that returns a row exactly when the
     /// business write happened.
     pub fn cte(name: &str, first: usize, once_per: Option<&str>) -> String {
-        let p = |i: usize| format!("${}", first + i);
-        let from = once_per.map(|cte| format!(" FROM {cte}")).unwrap_or_default();
-        format!(
-            "{name} AS (
-                 INSERT INTO outbox ({OUTBOX_COLUMNS})
-                 SELECT {}, {}, {}, {}, {}, {}, {}, 'application/json', {}, {}, {}{from}
-                 RETURNING {})",
-            p(0),
-            p(1),
-            p(2),
-            p(3),
-            p(4),
-            p(5),
-            p(6),
-            p(7),
-            p(8),
-            p(9),
-            crate::wake::NOTIFY_IF_PARKED.as_str(),
-        )
+        use std::fmt::Write;
+        // Written in place: a saga transition builds one per event.
+        let mut sql = String::with_capacity(512);
+        let _ = write!(sql, "{name} AS (\n INSERT INTO outbox ({OUTBOX_COLUMNS})\n SELECT ");
+        for i in 0..PENDING_EVENT_PARAMS {
+            if i == 7 {
+                sql.push_str("'application/json', ");
+            }
+            let _ = write!(sql, "${}", first + i);
+            sql.push_str(if i + 1 < PENDING_EVENT_PARAMS { ", " } else { "" });
+        }
+        if let Some(cte) = once_per {
+            sql.push_str(" FROM ");
+            sql.push_str(cte);
+        }
+        sql.push_str("\n RETURNING ");
+        sql.push_str(crate::wake::NOTIFY_IF_PARKED.as_str());
+        sql.push(')');
+        sql
     }
 
     /// Binds the event's [`PENDING_EVENT_PARAMS`] values, in the order of [`Self::cte`].
@@ -347,5 +347,24 @@ impl<'q, O> Bind<'q> for QueryAs<'q, Postgres, O, PgArguments> {
 impl<'q, O> Bind<'q> for QueryScalar<'q, Postgres, O, PgArguments> {
     fn bind_value<T: 'q + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>>(self, value: T) -> Self {
         self.bind(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pending_events_cte_takes_its_parameters_from_first_on_once_per_row_of_the_guard() {
+        let sql = PendingEvent::cte("event_1", 3, Some("o"));
+        assert!(sql.starts_with("event_1 AS (\n INSERT INTO outbox (id, aggregate_type,"), "{sql}");
+        assert!(
+            sql.contains(
+                "SELECT $3, $4, $5, $6, $7, $8, $9, 'application/json', $10, $11, $12 FROM o\n RETURNING "
+            ),
+            "{sql}"
+        );
+        assert!(sql.ends_with(')'), "{sql}");
+        assert!(!PendingEvent::cte("e", 1, None).contains(" FROM "));
     }
 }

@@ -942,43 +942,48 @@ impl<S: Saga> Engine<S> {
     /// other part of the statement selects from.
     fn update_instance(&self, w: &mut Statement, id: Uuid, plan: &Plan<'_>) {
         let (pid, powner) = (w.bind(id), w.bind(self.owner().to_string()));
-        let progressed = if plan.progressed { ", progressed_at = now()" } else { "" };
-        let mut set = vec![format!("updated_at = now(){progressed}")];
+        let mut sql = String::with_capacity(320);
+        sql.push_str("UPDATE saga_instances SET updated_at = now()");
+        let mut set = |column: &str, value: &str| {
+            sql.push_str(", ");
+            sql.push_str(column);
+            sql.push_str(" = ");
+            sql.push_str(value);
+        };
+        if plan.progressed {
+            set("progressed_at", "now()");
+        }
         if let Some(status) = plan.status {
-            set.push(format!("status = {}", w.bind(status)));
+            set("status", &w.bind(status));
         }
         if let Some(p) = plan.current {
-            set.push(format!("current_step = {}", w.bind(self.inner.definition.name_at(p))));
+            set("current_step", &w.bind(self.inner.definition.name_at(p)));
         } else if plan.finished {
-            set.push("current_step = NULL".into());
+            set("current_step", "NULL");
         }
         if let Some(reason) = plan.reason {
-            set.push(format!("failure_reason = {}", w.bind(reason.to_string())));
+            set("failure_reason", &w.bind(reason.to_string()));
         }
         if plan.release {
-            set.push("lease_owner = NULL, lease_expires_at = NULL".into());
+            set("lease_owner", "NULL");
+            set("lease_expires_at", "NULL");
         } else {
-            set.push(format!(
-                "lease_expires_at = now() + make_interval(secs => {})",
-                w.bind(self.lease_secs())
-            ));
+            let secs = w.bind(self.lease_secs());
+            set("lease_expires_at", &format!("now() + make_interval(secs => {secs})"));
         }
         if let Some(delay) = plan.delay {
-            set.push(format!(
-                "next_attempt_at = now() + make_interval(secs => {})",
-                w.bind(delay.as_secs_f64())
-            ));
+            let secs = w.bind(delay.as_secs_f64());
+            set("next_attempt_at", &format!("now() + make_interval(secs => {secs})"));
         }
         if plan.finished {
-            set.push("finished_at = now()".into());
+            set("finished_at", "now()");
         }
-        w.with(
-            "saga_s",
-            format!(
-                "UPDATE saga_instances SET {} WHERE id = {pid} AND lease_owner = {powner} RETURNING id",
-                set.join(", ")
-            ),
-        );
+        sql.push_str(" WHERE id = ");
+        sql.push_str(&pid);
+        sql.push_str(" AND lease_owner = ");
+        sql.push_str(&powner);
+        sql.push_str(" RETURNING id");
+        w.with("saga_s", sql);
     }
 
     /// The step rows: the current step's result (`saga_done`), the carried

@@ -27,7 +27,9 @@ use sqlx::{Arguments, Postgres};
 
 /// A statement under construction: its CTEs and their bound values.
 pub struct Statement {
-    ctes: Vec<String>,
+    /// `WITH a AS (...),\nb AS (...)`, written in place (a transition is
+    /// built for every step of every saga: no part is formatted twice).
+    sql: String,
     args: PgArguments,
     count: usize,
     guard: String,
@@ -40,7 +42,7 @@ impl Statement {
     /// that starts a saga in its own statement names its own first CTE).
     pub fn new(guard: &str) -> Self {
         Self {
-            ctes: Vec::new(),
+            sql: String::new(),
             args: PgArguments::default(),
             count: 0,
             guard: guard.into(),
@@ -60,7 +62,7 @@ impl Statement {
             self.error = Some(e.to_string());
         }
         self.count += 1;
-        format!("${}", self.count)
+        placeholder(self.count)
     }
 
     /// The CTE every part selects from: it returns one row exactly when the
@@ -72,7 +74,13 @@ impl Statement {
     /// Adds `name AS (body)`. `name` must be unique in the statement; the
     /// engine's own parts are named `saga_*`.
     pub fn with(&mut self, name: &str, body: impl AsRef<str>) {
-        self.ctes.push(format!("{name} AS ({})", body.as_ref()));
+        let body = body.as_ref();
+        self.sql.reserve(name.len() + body.len() + 10);
+        self.sql.push_str(if self.sql.is_empty() { "WITH " } else { ",\n" });
+        self.sql.push_str(name);
+        self.sql.push_str(" AS (");
+        self.sql.push_str(body);
+        self.sql.push(')');
     }
 
     /// Adds the outbox row of `event`, inserted once per row of the guard.
@@ -80,7 +88,8 @@ impl Statement {
         self.events += 1;
         let name = format!("event_{}", self.events);
         let cte = PendingEvent::cte(&name, self.count + 1, Some(&self.guard));
-        self.ctes.push(cte);
+        self.sql.push_str(if self.sql.is_empty() { "WITH " } else { ",\n" });
+        self.sql.push_str(&cte);
         // PendingEvent binds its values through the Bind trait below.
         let this = std::mem::replace(self, Statement::new(""));
         *self = event.bind(this);
@@ -91,13 +100,31 @@ impl Statement {
         if let Some(e) = self.error {
             return Err(sqlx::Error::Encode(e.into()));
         }
-        let sql = if self.ctes.is_empty() {
-            select.to_string()
-        } else {
-            format!("WITH {}\n{select}", self.ctes.join(",\n"))
-        };
+        let mut sql = self.sql;
+        if !sql.is_empty() {
+            sql.push('\n');
+        }
+        sql.push_str(select);
         Ok((sql, self.args))
     }
+}
+
+/// `$n`, without the formatting machinery (a statement binds dozens).
+fn placeholder(n: usize) -> String {
+    let mut digits = [0u8; 20];
+    let (mut i, mut n) = (digits.len(), n);
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut p = String::with_capacity(1 + digits.len() - i);
+    p.push('$');
+    p.extend(digits[i..].iter().map(|&d| d as char));
+    p
 }
 
 impl<'q> Bind<'q> for Statement {
@@ -120,5 +147,24 @@ mod tests {
         let (sql, args) = w.finish("SELECT 1 FROM s").unwrap();
         assert_eq!(sql, "WITH one AS (UPDATE t SET a = $1 FROM s WHERE b = $2)\nSELECT 1 FROM s");
         assert_eq!(args.len(), 2);
+    }
+
+    #[test]
+    fn placeholders_are_dollar_and_the_number() {
+        for n in [1, 9, 10, 99, 100, 12_345, usize::MAX] {
+            assert_eq!(placeholder(n), format!("${n}"));
+        }
+    }
+
+    #[test]
+    fn parts_are_joined_in_order_and_an_empty_statement_is_its_select() {
+        let mut w = Statement::new("a");
+        w.with("a", "SELECT 1");
+        w.with("b", String::from("SELECT 2 FROM a"));
+        assert_eq!(
+            w.finish("SELECT * FROM b").unwrap().0,
+            "WITH a AS (SELECT 1),\nb AS (SELECT 2 FROM a)\nSELECT * FROM b"
+        );
+        assert_eq!(Statement::new("a").finish("SELECT 3").unwrap().0, "SELECT 3");
     }
 }
