@@ -76,11 +76,16 @@ impl Statement {
     pub fn with(&mut self, name: &str, body: impl AsRef<str>) {
         let body = body.as_ref();
         self.sql.reserve(name.len() + body.len() + 10);
-        self.sql.push_str(if self.sql.is_empty() { "WITH " } else { ",\n" });
+        self.next_part();
         self.sql.push_str(name);
         self.sql.push_str(" AS (");
         self.sql.push_str(body);
         self.sql.push(')');
+    }
+
+    /// `WITH ` before the first part, `,\n` between parts.
+    fn next_part(&mut self) {
+        self.sql.push_str(if self.sql.is_empty() { "WITH " } else { ",\n" });
     }
 
     /// Adds the outbox row of `event`, inserted once per row of the guard.
@@ -88,7 +93,7 @@ impl Statement {
         self.events += 1;
         let name = format!("event_{}", self.events);
         let cte = PendingEvent::cte(&name, self.count + 1, Some(&self.guard));
-        self.sql.push_str(if self.sql.is_empty() { "WITH " } else { ",\n" });
+        self.next_part();
         self.sql.push_str(&cte);
         // PendingEvent binds its values through the Bind trait below.
         let this = std::mem::replace(self, Statement::new(""));
