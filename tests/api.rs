@@ -350,3 +350,45 @@ async fn without_the_broker_every_service_stays_ready_reports_degraded_and_still
         .unwrap();
     assert!(waiting >= 2, "OrderCreated and OrderConfirmed wait for the broker: {waiting}");
 }
+
+/// The `service` label values of every sample in a `/metrics` text.
+fn service_labels(text: &str) -> std::collections::BTreeSet<String> {
+    let mut services = std::collections::BTreeSet::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        for prefix in ["{service=\"", ",service=\""] {
+            if let Some(start) = line.find(prefix) {
+                let rest = &line[start + prefix.len()..];
+                services.insert(rest[..rest.find('"').unwrap_or(rest.len())].to_owned());
+            }
+        }
+    }
+    services
+}
+
+#[tokio::test]
+async fn each_service_in_the_test_process_shows_only_its_own_metrics() {
+    // The four services share this process; each has its own recorder, as it
+    // has its own process in production. Otherwise the gateway's /metrics
+    // would also show the order service's series, and an assertion on one
+    // service could be met by another's.
+    let stack = Stack::start().await;
+    let product = stack.product(100, 10).await;
+    let customer = stack.customer(1_000).await;
+    let (status, order) = stack.place(&customer, &product, 1).await;
+    assert_eq!(status, StatusCode::CREATED, "{order}");
+    let order = stack.settled(order["order_id"].as_str().unwrap()).await;
+    assert_eq!(order["status"], "CONFIRMED", "{order}");
+
+    let services = [
+        ("gateway", stack.gateway.http_port),
+        ("order", stack.order.http_port),
+        ("inventory", stack.inventory.http_port),
+        ("payment", stack.payment.http_port),
+    ];
+    for (name, port) in services {
+        let res = stack.http.get(format!("http://127.0.0.1:{port}/metrics")).send().await.unwrap();
+        let text = res.text().await.unwrap();
+        let labels = service_labels(&text);
+        assert_eq!(labels, [name.to_owned()].into(), "{name}'s /metrics:\n{text}");
+    }
+}

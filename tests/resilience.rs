@@ -287,16 +287,16 @@ async fn a_flood_beyond_the_bulkhead_is_shed_at_once_and_the_caller_stays_health
     let (orders, (held_reservations, shed_reservations, live)) = tokio::join!(
         futures::future::join_all((0..FLOOD).map(|_| stack.place(&customer, &product, 1))),
         async {
+            // Shed by the order service's bulkhead, held by inventory's fault injection.
             let (held_now, shed) = eventually("reservations held and shed", WAIT, || async move {
-                let text = metrics(order_http).await;
-                let shed = rejections(&text, "inventory", "bulkhead_full") - shed_before;
-                let held_now = held(&text, "ReserveStock");
+                let shed = rejections(&metrics(order_http).await, "inventory", "bulkhead_full") - shed_before;
+                let held_now = held(&metrics(inventory_http).await, "ReserveStock");
                 (held_now >= LIMIT as f64 && shed >= (FLOOD - LIMIT) as f64).then_some((held_now, shed))
             })
             .await;
             let live = probe.get(&live_url).send().await.expect("order answers").status();
             // Nothing was released meanwhile: the probe was answered during the flood.
-            assert_eq!(held(&metrics(order_http).await, "ReserveStock"), LIMIT as f64);
+            assert_eq!(held(&metrics(inventory_http).await, "ReserveStock"), LIMIT as f64);
             clear_fault(inventory_http).await;
             (held_now, shed, live)
         }
@@ -387,13 +387,15 @@ async fn an_admin_write_retried_after_a_timeout_takes_effect_once() {
     let mut stack = Stack::start().await;
     restart_inventory_with_faults(&mut stack).await;
     let inventory_http = stack.inventory.http_port;
+    // The gateway's retries, on the gateway's /metrics.
+    let gateway_http = stack.gateway.http_port;
     let retries =
         |text: &str| sample(text, r#"resilience_retries_total{downstream="inventory"}"#).unwrap_or(0.0);
     // Only the first attempt (`max_calls`) is held, and it stays held until the clear
     // after the answer: the client's answer can only be the retry's.
     let hold_first_attempt = |method: &str| json!({ "hold": true, "max_calls": 1, "methods": [method] });
 
-    let before = retries(&metrics(inventory_http).await);
+    let before = retries(&metrics(gateway_http).await);
     let sku = format!("sku-{}", uuid::Uuid::new_v4().simple());
     let body = json!({ "sku": sku, "name": "Widget", "price_cents": 100, "initial_stock": 5 });
     set_fault(inventory_http, hold_first_attempt("CreateProduct")).await;
@@ -402,7 +404,7 @@ async fn an_admin_write_retried_after_a_timeout_takes_effect_once() {
     assert_eq!(status, StatusCode::CREATED, "the retry answers the first call's product: {product}");
     let text = metrics(inventory_http).await;
     assert_eq!(ever_held(&text, "CreateProduct"), 1.0, "the first attempt was held");
-    let after_create = retries(&text);
+    let after_create = retries(&metrics(gateway_http).await);
     assert!(after_create > before, "the gateway did retry ({before} -> {after_create})");
     let (_, list) = stack.get("/v1/products").await;
     let same_sku = list["products"].as_array().unwrap().iter().filter(|p| p["sku"] == sku.as_str()).count();
@@ -415,7 +417,7 @@ async fn an_admin_write_retried_after_a_timeout_takes_effect_once() {
     assert_eq!(status, StatusCode::OK, "{p}");
     let text = metrics(inventory_http).await;
     assert_eq!(ever_held(&text, "AddStock"), 1.0, "the first attempt was held");
-    assert!(retries(&text) > after_create, "the gateway did retry");
+    assert!(retries(&metrics(gateway_http).await) > after_create, "the gateway did retry");
     assert_eq!(p["available"], 8, "{p}");
     assert_eq!(stack.stock(&id).await, (8, 0, 0), "stock added once");
 }

@@ -2,7 +2,9 @@
 //! own: [`Running::kill`] ends everything it started (its tasks, connections
 //! and pool) at once, as `kill -9` ends a process, and the service can be
 //! started again on the same database and port. [`Running::stop`] is the
-//! graceful shutdown.
+//! graceful shutdown. Each runtime has a metrics recorder of its own
+//! ([`sagaworks_runtime::metrics::isolate`]): a service's `/metrics` shows what
+//! it recorded, not what the other services in the test process did.
 //!
 //! A test harness implements [`App`] for each service's application type
 //! (a newtype of its own where the orphan rule requires it) and starts it with
@@ -37,7 +39,9 @@ pub struct Running {
 impl Running {
     /// Builds (connects, migrates, binds) and runs `A` on a runtime of its own.
     pub async fn start<A: App>(settings: A::Settings) -> Result<Self, A::Error> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        sagaworks_runtime::metrics::isolate(&mut builder);
+        let runtime = builder
             .worker_threads(2)
             .thread_name("service")
             .enable_all()
