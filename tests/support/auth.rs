@@ -40,8 +40,12 @@ pub fn claims(sub: &str, roles: &[&str]) -> Value {
 }
 
 pub fn sign_hs256(secret: &str, claims: &Value) -> String {
-    encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret.as_bytes()))
-        .expect("HS256 signs")
+    encode(
+        &Header::new(Algorithm::HS256),
+        claims,
+        &EncodingKey::from_secret(secret.as_bytes()).expect("a secret"),
+    )
+    .expect("HS256 signs")
 }
 
 /// Signs with the fixture RSA key, naming `kid` in the header.

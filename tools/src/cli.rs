@@ -3,9 +3,9 @@
 //! command's flags and an example; scripts/load and scripts/chaos show them
 //! in use.
 
-use crate::Tokens;
 use crate::fixture::SeedPlan;
 use crate::load::LoadPlan;
+use crate::{Tokens, ToolError};
 use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -101,7 +101,7 @@ pub struct GatewayArgs {
 
 impl GatewayArgs {
     /// The bearer tokens: `--token`, else minted with `--jwt-secret`, else none.
-    pub fn tokens(&self) -> Tokens {
+    pub fn tokens(&self) -> Result<Tokens, ToolError> {
         Tokens::from_parts(
             self.token.clone(),
             self.jwt_secret.clone(),

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 /// The gateway client of `seed` and `load`.
 fn api(gateway: &GatewayArgs) -> Result<Api, ToolError> {
-    Api::new(&gateway.api, gateway.tokens(), Duration::from_secs(30))
+    Api::new(&gateway.api, gateway.tokens()?, Duration::from_secs(30))
 }
 
 /// Reads a file given by a flag.

@@ -43,8 +43,9 @@ struct Claims<'a> {
 }
 
 impl Minter {
-    pub fn new(secret: &str, issuer: Option<String>, audience: Option<String>) -> Self {
-        Self { key: EncodingKey::from_secret(secret.as_bytes()), issuer, audience }
+    /// Fails on an empty `secret`.
+    pub fn new(secret: &str, issuer: Option<String>, audience: Option<String>) -> Result<Self, ToolError> {
+        Ok(Self { key: EncodingKey::from_secret(secret.as_bytes())?, issuer, audience })
     }
 
     /// An HS256 JWT for `sub` with `roles`, valid from now for a few hours.
@@ -65,7 +66,7 @@ impl Minter {
 impl Tokens {
     /// From the environment: `SW_TOKEN` (fixed), else `SW_JWT_SECRET` (minted,
     /// with `SW_JWT_ISSUER` / `SW_JWT_AUDIENCE` if the gateway requires them), else none.
-    pub fn from_env() -> Self {
+    pub fn from_env() -> Result<Self, ToolError> {
         let var = |name: &str| std::env::var(name).ok();
         Self::from_parts(var("SW_TOKEN"), var("SW_JWT_SECRET"), var("SW_JWT_ISSUER"), var("SW_JWT_AUDIENCE"))
     }
@@ -77,15 +78,15 @@ impl Tokens {
         secret: Option<String>,
         issuer: Option<String>,
         audience: Option<String>,
-    ) -> Self {
+    ) -> Result<Self, ToolError> {
         let given = |v: Option<String>| v.filter(|v| !v.is_empty());
         if let Some(token) = given(token) {
-            return Self::Fixed(token);
+            return Ok(Self::Fixed(token));
         }
-        match given(secret) {
-            Some(secret) => Self::Minted(Minter::new(&secret, given(issuer), given(audience))),
+        Ok(match given(secret) {
+            Some(secret) => Self::Minted(Minter::new(&secret, given(issuer), given(audience))?),
             None => Self::None,
-        }
+        })
     }
 
     /// For the admin endpoints.
@@ -122,11 +123,11 @@ mod tests {
 
     #[test]
     fn minted_tokens_verify_with_the_secret_and_carry_sub_roles_and_audience() {
-        let tokens = Tokens::Minted(Minter::new("s3cret", None, Some("sagaworks".into())));
+        let tokens = Tokens::Minted(Minter::new("s3cret", None, Some("sagaworks".into())).unwrap());
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_audience(&["sagaworks"]);
         validation.set_required_spec_claims(&["exp", "sub"]);
-        let key = DecodingKey::from_secret(b"s3cret");
+        let key = DecodingKey::from_secret(b"s3cret").unwrap();
 
         let admin = tokens.admin().unwrap().unwrap();
         let claims = decode::<Decoded>(&admin, &key, &validation).unwrap().claims;
@@ -138,7 +139,9 @@ mod tests {
         assert_eq!(claims.sub, "c-42");
         assert!(claims.roles.is_empty());
 
-        assert!(decode::<Decoded>(&customer, &DecodingKey::from_secret(b"other"), &validation).is_err());
+        assert!(
+            decode::<Decoded>(&customer, &DecodingKey::from_secret(b"other").unwrap(), &validation).is_err()
+        );
         assert_eq!(Tokens::None.customer("c").unwrap(), None);
         assert_eq!(Tokens::Fixed("t".into()).admin().unwrap().as_deref(), Some("t"));
     }

@@ -64,7 +64,7 @@ fn the_token_carries_the_subject_roles_and_lifetime_asked_for() {
     validation.required_spec_claims = ["exp", "sub"].into_iter().map(String::from).collect();
     let claims = jsonwebtoken::decode::<serde_json::Value>(
         &token,
-        &jsonwebtoken::DecodingKey::from_secret(SECRET.as_bytes()),
+        &jsonwebtoken::DecodingKey::from_secret(SECRET.as_bytes()).unwrap(),
         &validation,
     )
     .expect("signed with the configured secret")

@@ -122,7 +122,8 @@ impl Verifier {
                 } else if production && s.len() < MIN_JWT_SECRET_BYTES {
                     return Err(ConfigError::ShortSecret { bytes: s.len(), environment });
                 }
-                Some(DecodingKey::from_secret(s.as_bytes()))
+                // Refuses only an empty secret, refused above.
+                Some(DecodingKey::from_secret(s.as_bytes()).map_err(|_| ConfigError::EmptySecret)?)
             }
             None => None,
         };
@@ -273,7 +274,8 @@ mod tests {
     }
 
     fn token(secret: &str, claims: serde_json::Value) -> String {
-        encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret.as_bytes())).unwrap()
+        encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret.as_bytes()).unwrap())
+            .unwrap()
     }
 
     fn exp(offset_secs: i64) -> i64 {

@@ -58,7 +58,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(aud) = settings.auth.audience {
         claims["aud"] = aud.into();
     }
-    let key = EncodingKey::from_secret(secret.expose_secret().as_bytes());
+    let key = EncodingKey::from_secret(secret.expose_secret().as_bytes())?;
     let token = encode(&Header::default(), &claims, &key)?;
     println!("{token}");
     Ok(())
