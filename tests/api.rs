@@ -131,6 +131,17 @@ async fn openapi_document_describes_every_route() {
         assert!(doc["paths"].get(path).is_some(), "{path} missing from the document");
     }
     assert!(doc["components"]["schemas"].get("Order").is_some());
+
+    // The API explorer: Swagger UI's page and its files (vendored in the crate), pointed at the document.
+    let page = stack.http.get(stack.url("/docs/")).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(page.text().await.unwrap().contains("swagger-ui"), "Swagger UI's page");
+    let init = stack.http.get(stack.url("/docs/swagger-initializer.js")).send().await.unwrap();
+    assert_eq!(init.status(), StatusCode::OK);
+    assert!(
+        init.text().await.unwrap().contains("/openapi.json"),
+        "the explorer loads the gateway's document"
+    );
 }
 
 #[tokio::test]

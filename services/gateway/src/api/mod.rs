@@ -77,7 +77,7 @@ fn problem(description: &str, header: Option<(&str, Type)>) -> Response {
     let mut response =
         ResponseBuilder::new().description(description).content("application/problem+json", content);
     if let Some((name, kind)) = header {
-        let header = HeaderBuilder::new().schema(ObjectBuilder::new().schema_type(kind)).build();
+        let header = HeaderBuilder::new().schema(Some(ObjectBuilder::new().schema_type(kind))).build();
         response = response.header(name, header);
     }
     response.build()
