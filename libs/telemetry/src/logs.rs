@@ -6,10 +6,11 @@
 //! appends `trace_id=… span_id=…` to the line. The ids come from the nearest span in
 //! the event's scope that the OpenTelemetry layer has started (every entered span).
 
-use opentelemetry::trace::{SpanId, TraceId};
+use opentelemetry::trace::{SpanId, TraceContextExt, TraceId};
 use std::fmt;
-use tracing::{Event, Subscriber};
-use tracing_opentelemetry::OtelData;
+use std::sync::{Arc, OnceLock};
+use tracing::dispatcher::WeakDispatch;
+use tracing::{Dispatch, Event, Subscriber};
 use tracing_subscriber::Layer;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{self as fmt_layer, FmtContext, FormatEvent, FormatFields, MakeWriter};
@@ -40,6 +41,7 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
+    let dispatch = DispatchSlot::default();
     let layer = fmt_layer::layer().with_writer(writer).with_ansi(false);
     match style {
         LogStyle::Json => layer
@@ -47,25 +49,50 @@ where
             .flatten_event(true)
             .with_current_span(true)
             .with_span_list(false)
-            .map_event_format(|inner| WithTraceIds::new(inner, style))
+            .map_event_format(WithTraceIds::wrap(style, &dispatch))
+            .and_then(dispatch)
             .boxed(),
-        LogStyle::Pretty => layer.pretty().map_event_format(|inner| WithTraceIds::new(inner, style)).boxed(),
-        LogStyle::Compact => {
-            layer.compact().map_event_format(|inner| WithTraceIds::new(inner, style)).boxed()
+        LogStyle::Pretty => {
+            layer.pretty().map_event_format(WithTraceIds::wrap(style, &dispatch)).and_then(dispatch).boxed()
         }
+        LogStyle::Compact => {
+            layer.compact().map_event_format(WithTraceIds::wrap(style, &dispatch)).and_then(dispatch).boxed()
+        }
+    }
+}
+
+/// The dispatcher the log layer was registered with, kept by a layer of its
+/// own: the formatter asks the OTel layer in it for a span's context, and
+/// cannot ask `tracing::dispatcher::get_default` while an event is being
+/// dispatched (re-entered, it answers "none" where scoped dispatchers exist).
+/// Weak: the dispatcher owns this layer.
+#[derive(Debug, Clone, Default)]
+struct DispatchSlot(Arc<OnceLock<WeakDispatch>>);
+
+impl DispatchSlot {
+    fn get(&self) -> Option<Dispatch> {
+        self.0.get()?.upgrade()
+    }
+}
+
+impl<S: Subscriber> Layer<S> for DispatchSlot {
+    fn on_register_dispatch(&self, dispatch: &Dispatch) {
+        let _ = self.0.set(dispatch.downgrade());
     }
 }
 
 /// An event formatter that adds the trace and span id to what `inner` writes.
 #[derive(Debug, Clone)]
-pub(crate) struct WithTraceIds<F> {
+struct WithTraceIds<F> {
     inner: F,
     style: LogStyle,
+    dispatch: DispatchSlot,
 }
 
 impl<F> WithTraceIds<F> {
-    pub(crate) fn new(inner: F, style: LogStyle) -> Self {
-        Self { inner, style }
+    fn wrap(style: LogStyle, dispatch: &DispatchSlot) -> impl FnOnce(F) -> Self {
+        let dispatch = dispatch.clone();
+        move |inner| Self { inner, style, dispatch }
     }
 }
 
@@ -81,7 +108,8 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let Some((trace_id, span_id)) = ids_in_scope(ctx) else {
+        let ids = self.dispatch.get().and_then(|dispatch| ids_in_scope(ctx, &dispatch));
+        let Some((trace_id, span_id)) = ids else {
             return self.inner.format_event(ctx, writer, event);
         };
         let mut line = String::new();
@@ -102,17 +130,18 @@ where
     }
 }
 
-/// The ids of the innermost span of the event's scope that has a started OTel span.
-fn ids_in_scope<S, N>(ctx: &FmtContext<'_, S, N>) -> Option<(TraceId, SpanId)>
+/// The ids of the innermost span of the event's scope that has a valid
+/// (sampled or not) OTel span context.
+fn ids_in_scope<S, N>(ctx: &FmtContext<'_, S, N>, dispatch: &Dispatch) -> Option<(TraceId, SpanId)>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
 {
     ctx.event_scope()?.find_map(|span| {
-        let extensions = span.extensions();
-        let data = extensions.get::<OtelData>()?;
-        let ids = (data.trace_id()?, data.span_id()?);
-        (ids.0 != TraceId::INVALID).then_some(ids)
+        let cx = tracing_opentelemetry::get_otel_context(&span.id(), dispatch)?;
+        let span = cx.span();
+        let context = span.span_context();
+        context.is_valid().then(|| (context.trace_id(), context.span_id()))
     })
 }
 
@@ -180,7 +209,7 @@ mod tests {
 
         let inside: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
         assert_eq!(trace_id.len(), 32);
-        assert_eq!(inside["trace_id"], trace_id.as_str());
+        assert_eq!(inside["trace_id"], trace_id.as_str(), "{}", lines[1]);
         assert_eq!(inside["span_id"], span_id.as_str());
         assert_eq!(inside["message"], "inside");
         assert_eq!(inside["answer"], 42);

@@ -222,6 +222,8 @@ fn text(value: &AnyValue) -> String {
             format!("[{}]", a.values.iter().map(text).collect::<Vec<_>>().join(","))
         }
         Some(any_value::Value::KvlistValue(kv)) => format!("{:?}", attributes(&kv.values)),
+        // An index into a string table: the profiles signal's, never in a trace export.
+        Some(any_value::Value::StringValueStrindex(i)) => format!("<string #{i}>"),
         None => String::new(),
     }
 }
