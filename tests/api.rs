@@ -2,6 +2,7 @@
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use sqlx::AssertSqlSafe;
 use system_tests::Stack;
 
 #[tokio::test]
@@ -160,7 +161,7 @@ async fn readiness_follows_the_database() {
     // Take inventory's database away: connections are terminated and new ones refused.
     let admin = sqlx::PgPool::connect(&sagaworks_test_support::TestDatabase::admin_url()).await.unwrap();
     let db = &stack.inventory_db.name;
-    sqlx::query(&format!(r#"ALTER DATABASE "{db}" WITH ALLOW_CONNECTIONS false"#))
+    sqlx::query(AssertSqlSafe(format!(r#"ALTER DATABASE "{db}" WITH ALLOW_CONNECTIONS false"#)))
         .execute(&admin)
         .await
         .unwrap();
@@ -176,7 +177,7 @@ async fn readiness_follows_the_database() {
     let live = health("live").await;
     assert_eq!(live.status(), StatusCode::OK, "still live");
 
-    sqlx::query(&format!(r#"ALTER DATABASE "{db}" WITH ALLOW_CONNECTIONS true"#))
+    sqlx::query(AssertSqlSafe(format!(r#"ALTER DATABASE "{db}" WITH ALLOW_CONNECTIONS true"#)))
         .execute(&admin)
         .await
         .unwrap();

@@ -7,6 +7,7 @@ use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceCl
 use sagaworks_proto::payment::v1 as pay;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use serde_json::json;
+use sqlx::AssertSqlSafe;
 use system_tests::{Stack, steps};
 use tonic::Code;
 
@@ -805,7 +806,7 @@ async fn sagas_of_the_previous_release_are_migrated_and_resumed() {
     // Finished long ago (the previous release left current_step at the pivot).
     let (done, done_saga) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
     old(done, "CONFIRMED", 1, 100, "old-3").await;
-    sqlx::raw_sql(&format!(
+    sqlx::raw_sql(AssertSqlSafe(format!(
         "INSERT INTO sagas (id, order_id, status, current_step) VALUES
              ('{charging_saga}', '{charging}', 'RUNNING', 'charge_payment'),
              ('{fresh_saga}', '{fresh}', 'RUNNING', 'reserve_stock'),
@@ -816,7 +817,7 @@ async fn sagas_of_the_previous_release_are_migrated_and_resumed() {
              ('{done_saga}', 'charge_payment', 'SUCCEEDED', 1, now()),
              ('{done_saga}', 'confirm_order', 'SUCCEEDED', 1, now());
          INSERT INTO saga_steps (saga_id, name, status, attempts) VALUES ('{charging_saga}', 'charge_payment', 'RUNNING', 1);"
-    ))
+    )))
     .execute(&db)
     .await
     .expect("sagas of the previous release");

@@ -15,8 +15,8 @@ use sagaworks_tools::check::events::Required;
 use sagaworks_tools::check::{Verdict, events, money, orders, stock};
 use sagaworks_tools::pg::Databases;
 use sagaworks_tools::{FixtureCustomer, FixtureProduct};
-use sqlx::PgPool;
 use sqlx::migrate::Migrator;
+use sqlx::{AssertSqlSafe, PgPool};
 use std::path::Path;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -37,7 +37,8 @@ async fn service_db(service: &str) -> (TestDatabase, PgPool) {
 }
 
 async fn exec(pool: &PgPool, sql: &str) {
-    sqlx::raw_sql(sql).execute(pool).await.unwrap();
+    // The tests' own statements, drift injected on purpose.
+    sqlx::raw_sql(AssertSqlSafe(sql.to_owned())).execute(pool).await.unwrap();
 }
 
 const PRODUCT: &str = "00000000-0000-0000-0000-0000000000a1";

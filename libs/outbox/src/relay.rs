@@ -393,8 +393,8 @@ impl Relay {
             let seqs = done.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
             let mark =
                 format!("UPDATE outbox SET published_at = now() FROM {NO_FLUSH_WAIT} WHERE seq IN ({seqs})");
-            // A bare `&str` runs as a simple query.
-            sqlx::Executor::execute(&mut *tx, mark.as_str()).await?;
+            // The simple protocol: no prepared statement, planned with the seqs in view.
+            sqlx::raw_sql(sqlx::AssertSqlSafe(mark)).execute(&mut *tx).await?;
         }
         tx.commit().await?;
 

@@ -45,7 +45,7 @@
 
 use crate::NOTIFY_CHANNEL;
 use sqlx::postgres::PgListener;
-use sqlx::{Acquire, Executor, PgConnection, PgPool};
+use sqlx::{Acquire, PgConnection, PgPool};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -132,7 +132,7 @@ impl Wake {
             }
         };
         // Without parameters: the simple protocol, which takes two statements.
-        let err = match conn.execute(park.as_str()).await {
+        let err = match sqlx::raw_sql(sqlx::AssertSqlSafe(park)).execute(&mut *conn).await {
             Ok(_) => {
                 self.parked = true;
                 return Parking::Parked;

@@ -10,6 +10,7 @@ use sagaworks_outbox::{
     MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxError, OutboxWriter, PendingEvent, PendingEvents,
     Relay,
 };
+use sqlx::AssertSqlSafe;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -333,8 +334,11 @@ async fn a_pending_event_is_written_by_its_business_statement_only_when_that_wri
             NewEvent::new("account", "acc-1", "AccountDebited", serde_json::json!({ "n": n })).unwrap();
         let event = writer.pending(event).unwrap();
         let id = event.id();
-        let debited: i64 =
-            event.bind(sqlx::query_scalar(&sql).bind("acc-1").bind(n)).fetch_one(&env.pool).await.unwrap();
+        let debited: i64 = event
+            .bind(sqlx::query_scalar(AssertSqlSafe(sql.clone())).bind("acc-1").bind(n))
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
         written.push((id, debited));
     }
     assert_eq!(written.iter().map(|(_, d)| *d).collect::<Vec<_>>(), [1, 0], "the second debit is refused");
@@ -383,7 +387,8 @@ async fn pending_events_are_written_by_one_statement_in_the_order_given() {
          SELECT count(*) FROM credit",
         PendingEvents::cte("events", 1),
     );
-    let credited: i64 = events.bind(sqlx::query_scalar(&sql)).fetch_one(&env.pool).await.unwrap();
+    let credited: i64 =
+        events.bind(sqlx::query_scalar(AssertSqlSafe(sql))).fetch_one(&env.pool).await.unwrap();
     assert_eq!(credited, 2);
     let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as("SELECT id, aggregate_id FROM outbox ORDER BY seq")
         .fetch_all(&env.pool)

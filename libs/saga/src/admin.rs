@@ -34,7 +34,7 @@ use crate::store::{INSTANCE_COLUMNS, InstanceRecord};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sqlx::{PgPool, Postgres, QueryBuilder};
+use sqlx::{AssertSqlSafe, PgPool, Postgres, QueryBuilder};
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -328,7 +328,7 @@ impl<S: Saga> Engine<S> {
         self.audit(&mut w, id, step, state, audit)?;
         let (sql, args) = w.finish("SELECT now() FROM saga_s")?;
         let done: Option<DateTime<Utc>> =
-            sqlx::query_scalar_with(&sql, args).fetch_optional(self.pool()).await?;
+            sqlx::query_scalar_with(AssertSqlSafe(sql), args).fetch_optional(self.pool()).await?;
         done.map(|_| ()).ok_or(ActionError::Conflict(format!("saga {id} was taken over meanwhile")))
     }
 

@@ -46,7 +46,7 @@ use sagaworks_resilience::Backoff;
 use sagaworks_runtime::db::NO_FLUSH_WAIT;
 use sagaworks_telemetry::propagation;
 use serde_json::{Map, Value};
-use sqlx::PgPool;
+use sqlx::{AssertSqlSafe, PgPool};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -744,7 +744,7 @@ impl<S: Saga> Engine<S> {
                  SET attempts = saga_instance_steps.attempts + 1, status = 'RUNNING', attempt_started_at = now()
              RETURNING attempts, started_at"
         );
-        sqlx::query_as(&sql)
+        sqlx::query_as(AssertSqlSafe(sql))
             .bind(id)
             .bind(self.owner())
             .bind(self.lease_secs())
@@ -855,7 +855,7 @@ impl<S: Saga> Engine<S> {
         let no_flush_wait = if finished { String::new() } else { format!(", {NO_FLUSH_WAIT}") };
         let (sql, args) = w.finish(&format!("SELECT now(), {returning} FROM saga_s{no_flush_wait}"))?;
         let written: Option<Written> =
-            sqlx::query_as_with(&sql, args).fetch_optional(&self.inner.pool).await?;
+            sqlx::query_as_with(AssertSqlSafe(sql), args).fetch_optional(&self.inner.pool).await?;
         let (at, attempts, started_at) = written.ok_or(DriveError::LeaseLost(id))?;
         if *next == Next::Retry {
             tracing::warn!(saga = S::NAME, step = name, ?delay, error = ?error, "saga step will be retried");

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::{FromRow, PgExecutor};
+use sqlx::{AssertSqlSafe, FromRow, PgExecutor};
 use uuid::Uuid;
 
 /// An instance's status.
@@ -220,10 +220,10 @@ impl InstanceRecord {
             instance: InstanceRecord,
             steps: sqlx::types::Json<Vec<StepRecord>>,
         }
-        let row = sqlx::query_as::<_, Row>(&format!(
+        let row = sqlx::query_as::<_, Row>(AssertSqlSafe(format!(
             "SELECT {INSTANCE_COLUMNS}, {} AS steps FROM saga_instances i WHERE i.id = $1",
             steps_json("i")
-        ))
+        )))
         .bind(id)
         .fetch_optional(db)
         .await?;

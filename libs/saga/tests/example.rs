@@ -24,7 +24,7 @@ use sagaworks_saga::{
 };
 use sagaworks_test_support::TestDatabase;
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
+use sqlx::{AssertSqlSafe, PgPool};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -387,7 +387,8 @@ async fn place(engine: &Engine<Purchase>, pool: &PgPool, quantity: i64, stop: &C
     w.with("p", format!("INSERT INTO purchases (id, status) VALUES ({id}, 'PENDING') RETURNING id"));
     engine.insert(&mut w, &instance, permit.is_some()).expect("insert");
     let (sql, args) = w.finish(&format!("SELECT created_at FROM {NEW_INSTANCE}")).expect("statement");
-    let created_at = sqlx::query_scalar_with(&sql, args).fetch_one(pool).await.expect("purchase placed");
+    let created_at =
+        sqlx::query_scalar_with(AssertSqlSafe(sql), args).fetch_one(pool).await.expect("purchase placed");
     engine.start(Started { instance, created_at, permit }, Duration::from_secs(5), stop).await;
     purchase_id
 }
@@ -643,10 +644,10 @@ fn operator_trials() -> Vec<libtest_mimic::Trial> {
             let mut tx = pool.begin().await.unwrap();
             // As a long-lived connection runs it: the generic plan.
             sqlx::query("SET LOCAL plan_cache_mode = force_generic_plan").execute(&mut *tx).await.unwrap();
-            let plan: Vec<String> = sqlx::query_scalar(&format!(
+            let plan: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
                 "EXPLAIN (ANALYZE, FORMAT TEXT) {}",
                 sagaworks_saga::engine::LEASE_SQL
-            ))
+            )))
             .bind("me")
             .bind(30.0_f64)
             .bind(32_i64)
@@ -794,7 +795,7 @@ fn operator_trials() -> Vec<libtest_mimic::Trial> {
                 let (_, saga, engine) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
                 // Another request with the same key commits between this one's replay check and its
                 // own write: here, when this one takes the lease.
-                sqlx::raw_sql(&format!(
+                sqlx::raw_sql(AssertSqlSafe(format!(
                     "CREATE FUNCTION sneak_in() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
                      INSERT INTO saga_operator_actions (saga_id, action, step, actor, reason, idempotency_key)
                      VALUES ('{saga}', 'RETRY', 'ship', 'other@example', 'concurrent', 'same-key')
@@ -802,7 +803,7 @@ fn operator_trials() -> Vec<libtest_mimic::Trial> {
                      RETURN NEW; END $$;
                  CREATE TRIGGER sneak_in BEFORE UPDATE OF lease_owner ON saga_instances
                      FOR EACH ROW WHEN (NEW.lease_owner IS NOT NULL) EXECUTE FUNCTION sneak_in();"
-                ))
+                )))
                 .execute(&pool)
                 .await
                 .unwrap();

@@ -1,6 +1,6 @@
 use sagaworks_config::DatabaseSettings;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, Executor, PgConnection};
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor, PgConnection};
 use std::str::FromStr;
 
 const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
@@ -25,7 +25,9 @@ impl TestDatabase {
         let mut conn = PgConnection::connect(&admin_url).await.unwrap_or_else(|e| {
             panic!("PostgreSQL must run at {admin_url} for the tests (set SW_TEST_PG_URL): {e}")
         });
-        conn.execute(format!(r#"CREATE DATABASE "{name}""#).as_str()).await.expect("create test database");
+        // The name is ours (a prefix and a uuid), quoted.
+        let create = format!(r#"CREATE DATABASE "{name}""#);
+        conn.execute(AssertSqlSafe(create)).await.expect("create test database");
         let url = PgConnectOptions::from_str(&admin_url)
             .expect("valid SW_TEST_PG_URL")
             .database(&name)
@@ -54,7 +56,8 @@ impl Drop for TestDatabase {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
             rt.block_on(async {
                 let mut conn = PgConnection::connect(&admin_url).await.ok()?;
-                conn.execute(format!(r#"DROP DATABASE IF EXISTS "{name}" WITH (FORCE)"#).as_str()).await.ok()
+                let drop = format!(r#"DROP DATABASE IF EXISTS "{name}" WITH (FORCE)"#);
+                conn.execute(AssertSqlSafe(drop)).await.ok()
             })
         })
         .join();

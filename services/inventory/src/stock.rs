@@ -14,7 +14,7 @@ use sagaworks_events::{
 use sagaworks_outbox::{OutboxWriter, PendingEvents};
 use serde::{Deserialize, Serialize};
 use sqlx::types::Json;
-use sqlx::{FromRow, PgConnection};
+use sqlx::{AssertSqlSafe, FromRow, PgConnection};
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
@@ -93,10 +93,10 @@ pub async fn create_product(
     outbox: &OutboxWriter,
     p: NewProduct,
 ) -> Result<Product> {
-    let product = sqlx::query_as::<_, Product>(&format!(
+    let product = sqlx::query_as::<_, Product>(AssertSqlSafe(format!(
         "INSERT INTO products (id, sku, name, price_cents, available) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT DO NOTHING RETURNING {PRODUCT_COLUMNS}"
-    ))
+    )))
     .bind(p.id)
     .bind(&p.sku)
     .bind(&p.name)
@@ -125,9 +125,9 @@ pub async fn add_stock(
     id: Uuid,
     quantity: i64,
 ) -> Result<Product> {
-    let product = sqlx::query_as::<_, Product>(&format!(
+    let product = sqlx::query_as::<_, Product>(AssertSqlSafe(format!(
         "UPDATE products SET available = available + $2, updated_at = now() WHERE id = $1 RETURNING {PRODUCT_COLUMNS}"
-    ))
+    )))
     .bind(id)
     .bind(quantity)
     .fetch_optional(&mut *conn)
@@ -138,18 +138,22 @@ pub async fn add_stock(
 }
 
 pub async fn get_product(conn: &mut PgConnection, id: Uuid) -> Result<Product> {
-    sqlx::query_as::<_, Product>(&format!("SELECT {PRODUCT_COLUMNS} FROM products WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(conn)
-        .await?
-        .ok_or(Error::ProductNotFound(id))
+    sqlx::query_as::<_, Product>(AssertSqlSafe(format!(
+        "SELECT {PRODUCT_COLUMNS} FROM products WHERE id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(conn)
+    .await?
+    .ok_or(Error::ProductNotFound(id))
 }
 
 pub async fn list_products(conn: &mut PgConnection, limit: i64) -> Result<Vec<Product>> {
-    Ok(sqlx::query_as::<_, Product>(&format!("SELECT {PRODUCT_COLUMNS} FROM products ORDER BY sku LIMIT $1"))
-        .bind(limit)
-        .fetch_all(conn)
-        .await?)
+    Ok(sqlx::query_as::<_, Product>(AssertSqlSafe(format!(
+        "SELECT {PRODUCT_COLUMNS} FROM products ORDER BY sku LIMIT $1"
+    )))
+    .bind(limit)
+    .fetch_all(conn)
+    .await?)
 }
 
 /// Loads reservation `id` and locks its row (`FOR UPDATE`: after waiting for
@@ -471,7 +475,7 @@ async fn settle(
          UPDATE reservations SET status = $4, updated_at = now() WHERE id = ANY($1)",
         PendingEvents::cte("event", 5),
     );
-    let query = sqlx::query(&sql).bind(ids).bind(products).bind(quantities).bind(status);
+    let query = sqlx::query(AssertSqlSafe(sql)).bind(ids).bind(products).bind(quantities).bind(status);
     events.bind(query).execute(conn).await?;
     Ok(())
 }

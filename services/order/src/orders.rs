@@ -10,7 +10,7 @@ use sagaworks_saga::{
 };
 use serde::{Deserialize, Serialize};
 use sqlx::types::Json;
-use sqlx::{FromRow, PgConnection};
+use sqlx::{AssertSqlSafe, FromRow, PgConnection};
 use std::collections::BTreeMap;
 use uuid::Uuid;
 
@@ -125,7 +125,7 @@ pub async fn create(
     w.event(event);
     let (sql, args) = w.finish(&format!("SELECT created_at FROM {NEW_INSTANCE}"))?;
     let created: Option<DateTime<Utc>> =
-        sqlx::query_scalar_with(&sql, args).fetch_optional(&mut *conn).await?;
+        sqlx::query_scalar_with(AssertSqlSafe(sql), args).fetch_optional(&mut *conn).await?;
     let Some(created_at) = created else {
         let (id, hash) = sqlx::query_as::<_, (Uuid, Vec<u8>)>(
             "SELECT id, request_hash FROM orders WHERE customer_id = $1 AND idempotency_key = $2",
@@ -161,7 +161,7 @@ struct ViewRow {
 
 /// The whole view of one order, in one round trip.
 pub async fn view(conn: &mut PgConnection, id: Uuid) -> Result<OrderView> {
-    let row = sqlx::query_as::<_, ViewRow>(&format!(
+    let row = sqlx::query_as::<_, ViewRow>(AssertSqlSafe(format!(
         "SELECT {ORDER_COLUMNS},
              (SELECT COALESCE(json_agg(i ORDER BY i.product_id), '[]')
               FROM (SELECT product_id, quantity, unit_price_cents FROM order_items WHERE order_id = o.id) i)
@@ -175,7 +175,7 @@ pub async fn view(conn: &mut PgConnection, id: Uuid) -> Result<OrderView> {
          FROM orders o WHERE o.id = $1",
         steps = steps_json("i"),
         saga = PlaceOrder::NAME,
-    ))
+    )))
     .bind(id)
     .fetch_optional(conn)
     .await?
@@ -195,9 +195,9 @@ pub async fn items(conn: &mut PgConnection, order_id: Uuid) -> Result<Vec<Item>>
 }
 
 pub async fn list(conn: &mut PgConnection, customer_id: Uuid, limit: i64) -> Result<Vec<Order>> {
-    let mut orders = sqlx::query_as::<_, Order>(&format!(
+    let mut orders = sqlx::query_as::<_, Order>(AssertSqlSafe(format!(
         "SELECT {ORDER_COLUMNS} FROM orders WHERE customer_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2"
-    ))
+    )))
     .bind(customer_id)
     .bind(limit)
     .fetch_all(&mut *conn)

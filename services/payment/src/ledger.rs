@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use chrono::{DateTime, Utc};
 use sagaworks_events::{AccountCredited, AccountOpened, PaymentCharged, PaymentRefunded};
 use sagaworks_outbox::{OutboxWriter, PendingEvent};
-use sqlx::{FromRow, PgConnection};
+use sqlx::{AssertSqlSafe, FromRow, PgConnection};
 use uuid::Uuid;
 
 #[derive(Debug, Clone, FromRow)]
@@ -55,10 +55,10 @@ pub async fn open_account(
     name: &str,
     credit: i64,
 ) -> Result<Account> {
-    let account = sqlx::query_as::<_, Account>(&format!(
+    let account = sqlx::query_as::<_, Account>(AssertSqlSafe(format!(
         "INSERT INTO accounts (customer_id, name, balance_cents) VALUES ($1, $2, $3)
          ON CONFLICT DO NOTHING RETURNING {ACCOUNT_COLUMNS}"
-    ))
+    )))
     .bind(customer_id)
     .bind(name)
     .bind(credit)
@@ -79,10 +79,10 @@ pub async fn add_credit(
     customer_id: Uuid,
     amount: i64,
 ) -> Result<Account> {
-    let account = sqlx::query_as::<_, Account>(&format!(
+    let account = sqlx::query_as::<_, Account>(AssertSqlSafe(format!(
         "UPDATE accounts SET balance_cents = balance_cents + $2, updated_at = now()
          WHERE customer_id = $1 RETURNING {ACCOUNT_COLUMNS}"
-    ))
+    )))
     .bind(customer_id)
     .bind(amount)
     .fetch_optional(&mut *conn)
@@ -94,11 +94,13 @@ pub async fn add_credit(
 }
 
 pub async fn get_account(conn: &mut PgConnection, customer_id: Uuid) -> Result<Account> {
-    sqlx::query_as::<_, Account>(&format!("SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE customer_id = $1"))
-        .bind(customer_id)
-        .fetch_optional(conn)
-        .await?
-        .ok_or(Error::CustomerNotFound(customer_id))
+    sqlx::query_as::<_, Account>(AssertSqlSafe(format!(
+        "SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE customer_id = $1"
+    )))
+    .bind(customer_id)
+    .fetch_optional(conn)
+    .await?
+    .ok_or(Error::CustomerNotFound(customer_id))
 }
 
 /// Loads payment `id` and locks its row (`FOR UPDATE`: after waiting for
@@ -164,8 +166,11 @@ pub async fn charge(conn: &mut PgConnection, outbox: &OutboxWriter, c: Charge) -
          SELECT EXISTS (SELECT 1 FROM payment), EXISTS (SELECT 1 FROM debit)",
         PendingEvent::cte("event", 5, Some("debit")),
     );
-    let query =
-        sqlx::query_as(&sql).bind(c.customer_id).bind(c.amount_cents).bind(c.payment_id).bind(c.order_id);
+    let query = sqlx::query_as(AssertSqlSafe(sql))
+        .bind(c.customer_id)
+        .bind(c.amount_cents)
+        .bind(c.payment_id)
+        .bind(c.order_id);
     let (inserted, debited): (bool, bool) = event.bind(query).fetch_one(&mut *conn).await?;
     if debited {
         return Ok(payment);

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use crate::contract::ItemCreated;
 use sagaworks_outbox::OutboxWriter;
 use sagaworks_saga::{Engine, NEW_INSTANCE, NewInstance, Statement};
-use sqlx::{FromRow, PgConnection};
+use sqlx::{AssertSqlSafe, FromRow, PgConnection};
 use uuid::Uuid;
 
 #[derive(Debug, Clone, FromRow)]
@@ -46,10 +46,10 @@ pub async fn create(
     new: NewItem,
     first_attempt: bool,
 ) -> Result<Created> {
-    let item = sqlx::query_as::<_, Item>(&format!(
+    let item = sqlx::query_as::<_, Item>(AssertSqlSafe(format!(
         "INSERT INTO items (id, product_id, name) VALUES ($1, $2, $3)
          ON CONFLICT DO NOTHING RETURNING {ITEM_COLUMNS}"
-    ))
+    )))
     .bind(new.id)
     .bind(new.product_id)
     .bind(&new.name)
@@ -70,12 +70,12 @@ pub async fn create(
     w.with("one", "SELECT 1");
     engine.insert(&mut w, &saga, first_attempt).map_err(|e| Error::Saga(e.to_string()))?;
     let (sql, args) = w.finish(&format!("SELECT created_at FROM {NEW_INSTANCE}"))?;
-    let saga_created_at = sqlx::query_scalar_with(&sql, args).fetch_one(&mut *conn).await?;
+    let saga_created_at = sqlx::query_scalar_with(AssertSqlSafe(sql), args).fetch_one(&mut *conn).await?;
     Ok(Created { item, saga, saga_created_at })
 }
 
 pub async fn get(conn: &mut PgConnection, id: Uuid) -> Result<Item> {
-    Ok(sqlx::query_as::<_, Item>(&format!("SELECT {ITEM_COLUMNS} FROM items WHERE id = $1"))
+    Ok(sqlx::query_as::<_, Item>(AssertSqlSafe(format!("SELECT {ITEM_COLUMNS} FROM items WHERE id = $1")))
         .bind(id)
         .fetch_one(conn)
         .await?)

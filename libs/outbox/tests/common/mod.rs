@@ -290,7 +290,7 @@ impl Handler for Recorder {
     }
 }
 
-pub async fn count(pool: &PgPool, sql: &str) -> i64 {
+pub async fn count(pool: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 

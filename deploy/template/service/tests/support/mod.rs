@@ -148,7 +148,7 @@ impl TestApp {
         self.inventory.clone().get_stock(request).await.expect("product found").into_inner()
     }
 
-    pub async fn count(&self, sql: &str) -> i64 {
+    pub async fn count(&self, sql: &'static str) -> i64 {
         sqlx::query_scalar(sql).fetch_one(&self.pool).await.expect("count")
     }
 }
