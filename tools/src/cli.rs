@@ -5,6 +5,7 @@
 
 use crate::fixture::SeedPlan;
 use crate::load::LoadPlan;
+use crate::open_loop::{Bound, OpenPlan};
 use crate::{Tokens, ToolError};
 use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
@@ -50,15 +51,25 @@ Examples:
       sagaworks-tools seed --out fixture.json --products 40 --customers 40 --poor-customers 8 --poor-credit-cents 30000")]
     Seed(SeedArgs),
 
-    /// Place orders (POST /v1/orders) with closed-loop workers; report sagas/s, latency, commits, CPU.
+    /// Place orders (POST /v1/orders), closed or open loop; report sagas/s, latency, commits, CPU.
     #[command(after_long_help = "\
-Each worker places an order (a random customer of the fixture, 1 to --lines random
-products, 1 to --max-quantity units each) and waits for the answer before the next.
+Closed loop (the default): each of --concurrency workers places an order (a random
+customer of the fixture, 1 to --lines random products, 1 to --max-quantity units each)
+and waits for the answer before the next.
+
+Open loop (--rate or --sweep): orders arrive at a fixed rate whatever the answers do,
+and each latency counts from the order's intended send time, so queueing shows
+(no coordinated omission); p50/p99/p99.9 come from an HdrHistogram. --sweep runs rate
+after rate and stops at the first that misses --p99-bound-ms or --max-error-percent;
+the last rate that met both is the knee.
+
 The PostgreSQL server's commit counter (pg_stat_database) is read before and after.
 
 Examples:
   sagaworks-tools load --fixture fixture.json --concurrency 64 --duration-secs 60
-  sagaworks-tools load --fixture fixture.json --accepted-out accepted.txt --commit-ceiling 5200")]
+  sagaworks-tools load --fixture fixture.json --accepted-out accepted.txt --commit-ceiling 5200
+  sagaworks-tools load --fixture fixture.json --rate 200 --duration-secs 30
+  sagaworks-tools load --fixture fixture.json --sweep 100:600:50 --duration-secs 20 --p99-bound-ms 100")]
     Load(LoadArgs),
 
     /// Check the invariants after a run; exits 1 when one fails.
@@ -194,11 +205,76 @@ pub struct LoadArgs {
     #[arg(long, value_name = "TPS", value_parser = parse_positive)]
     pub commit_ceiling: Option<f64>,
 
+    /// Open loop: this many orders a second for --duration-secs (instead of closed-loop workers).
+    #[arg(long, value_name = "PER_SEC", value_parser = parse_positive, conflicts_with_all = ["sweep", "concurrency"])]
+    pub rate: Option<f64>,
+
+    /// Open loop, rate after rate: FROM:TO:STEP orders a second, each for --duration-secs, up to the knee.
+    #[arg(long, value_name = "FROM:TO:STEP", value_parser = parse_sweep, conflicts_with = "concurrency")]
+    pub sweep: Option<Sweep>,
+
+    /// Open loop: a rate is kept up with while the p99 of completed sagas stays at or under this.
+    #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub p99_bound_ms: u64,
+
+    /// Open loop: ... and at most this share of the orders (in %) completes no saga (rejected, failed, pending).
+    #[arg(long, value_name = "PERCENT", default_value_t = 1.0, value_parser = parse_percent)]
+    pub max_error_percent: f64,
+
+    /// Open loop: at most this many orders in flight; a later one waits for a slot (and the wait counts).
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_in_flight: u64,
+
     #[command(flatten)]
     pub gateway: GatewayArgs,
 }
 
+/// `--sweep FROM:TO:STEP`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sweep {
+    pub from: f64,
+    pub to: f64,
+    pub step: f64,
+}
+
+fn parse_sweep(s: &str) -> Result<Sweep, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let [from, to, step] = parts[..] else {
+        return Err(format!("{s:?} is not FROM:TO:STEP (e.g. 100:600:50)"));
+    };
+    let (from, to, step) = (parse_positive(from)?, parse_positive(to)?, parse_positive(step)?);
+    if to < from {
+        return Err(format!("TO ({to}) is below FROM ({from})"));
+    }
+    Ok(Sweep { from, to, step })
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=100.0).contains(&x) => Ok(x),
+        Ok(_) => Err("must be from 0 to 100".into()),
+        Err(_) => Err(format!("{s:?} is not a number")),
+    }
+}
+
 impl LoadArgs {
+    /// The open-loop plan at `rate`.
+    pub fn open_plan(&self, rate: f64) -> OpenPlan {
+        OpenPlan {
+            rate,
+            duration: Duration::from_secs(self.duration_secs),
+            max_in_flight: usize::try_from(self.max_in_flight).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// When an open-loop rate counts as kept up with.
+    pub fn bound(&self) -> Bound {
+        Bound {
+            p99: Duration::from_millis(self.p99_bound_ms),
+            max_error_share: self.max_error_percent / 100.0,
+        }
+    }
+
     pub fn plan(&self) -> LoadPlan {
         LoadPlan {
             concurrency: usize::try_from(self.concurrency).unwrap_or(usize::MAX),
@@ -412,10 +488,37 @@ mod tests {
     }
 
     #[test]
+    fn open_loop_flags_make_the_plan_and_the_bound() {
+        let Command::Load(load) =
+            parse(&["load", "--fixture", "f", "--sweep", "100:600:50", "--p99-bound-ms", "250"]).unwrap()
+        else {
+            panic!("not load")
+        };
+        assert_eq!(load.sweep, Some(Sweep { from: 100.0, to: 600.0, step: 50.0 }));
+        assert_eq!(load.rate, None);
+        let bound = load.bound();
+        assert_eq!((bound.p99, bound.max_error_share), (Duration::from_millis(250), 0.01));
+        let plan = load.open_plan(300.0);
+        assert_eq!((plan.rate, plan.duration, plan.max_in_flight), (300.0, Duration::from_secs(30), 4096));
+        let Command::Load(load) = parse(&["load", "--fixture", "f", "--rate", "12.5"]).unwrap() else {
+            panic!("not load")
+        };
+        assert_eq!(load.rate, Some(12.5));
+    }
+
+    #[test]
     fn rejects_values_that_make_no_sense() {
         assert!(parse(&["load", "--fixture", "f", "--concurrency", "0"]).is_err());
         assert!(parse(&["load", "--fixture", "f", "--lines", "0"]).is_err());
         assert!(parse(&["load", "--fixture", "f", "--commit-ceiling", "-3"]).is_err());
+        assert!(parse(&["load", "--fixture", "f", "--rate", "0"]).is_err());
+        assert!(parse(&["load", "--fixture", "f", "--rate", "10", "--concurrency", "4"]).is_err());
+        assert!(parse(&["load", "--fixture", "f", "--rate", "10", "--sweep", "1:2:1"]).is_err());
+        assert!(parse(&["load", "--fixture", "f", "--sweep", "100:50:10"]).is_err());
+        assert!(parse(&["load", "--fixture", "f", "--sweep", "100:200"]).is_err());
+        assert!(
+            parse(&["load", "--fixture", "f", "--sweep", "1:2:1", "--max-error-percent", "101"]).is_err()
+        );
         assert!(parse(&["seed", "--out", "f", "--api", "127.0.0.1:8080"]).is_err());
         assert!(parse(&["check", "--fixture", "f", "--min-kafka-share", "1.5"]).is_err());
         assert!(parse(&["check", "--fixture", "f", "--kafka-since", "2026-01-02T03:04:05Z"]).is_err());

@@ -5,6 +5,8 @@
 //!   them as JSON.
 //! * [`load`]: a closed-loop load generator for `POST /v1/orders` with exact
 //!   latency percentiles ([`stats`]).
+//! * [`open_loop`]: the open-loop generator: a fixed arrival rate, latencies
+//!   from the intended send time (HdrHistogram), and a sweep for the knee.
 //! * [`check`]: the invariants a run must keep (orders terminal, stock
 //!   conserved, money balanced, every event on Kafka exactly once after dedup).
 //! * [`token`]: bearer tokens for the gateway (fixed, or minted with its HS256 secret).
@@ -20,6 +22,7 @@ pub mod cpu;
 pub mod error;
 pub mod fixture;
 pub mod load;
+pub mod open_loop;
 pub mod pg;
 pub mod stats;
 pub mod token;

@@ -3,8 +3,10 @@
 //! 1..=`max_quantity`) and waiting for the answer before the next. `POST
 //! /v1/orders` answers when the saga finished (or after the gateway's wait),
 //! so a `CONFIRMED`/`CANCELLED` answer is a completed saga and its latency is
-//! the saga's end-to-end latency.
+//! the saga's end-to-end latency. The open-loop generator ([`crate::open_loop`])
+//! places the same orders ([`random_order`], [`place_random`]) at a fixed rate.
 
+use crate::open_loop::Sample;
 use crate::stats::Latencies;
 use crate::{Api, Fixture, PlaceOutcome, ToolError};
 use rand::rngs::StdRng;
@@ -73,37 +75,63 @@ fn failure_kind(e: &ToolError) -> String {
     }
 }
 
+/// A random order of `plan`'s shape: a random customer, 1..=`lines` distinct
+/// random products, 1..=`max_quantity` units each.
+pub fn random_order(rng: &mut impl Rng, fixture: &Fixture, plan: &LoadPlan) -> (String, Vec<(String, i64)>) {
+    let customer = fixture.customers[rng.random_range(0..fixture.customers.len())].id.clone();
+    let lines = rng.random_range(1..=plan.lines.min(fixture.products.len()));
+    let mut items: Vec<(String, i64)> = Vec::with_capacity(lines);
+    while items.len() < lines {
+        let p = &fixture.products[rng.random_range(0..fixture.products.len())].id;
+        if !items.iter().any(|(id, _)| id == p) {
+            items.push((p.clone(), rng.random_range(1..=plan.max_quantity)));
+        }
+    }
+    (customer, items)
+}
+
+/// Places a random order (with a fresh idempotency key) and says what came of it.
+pub async fn place_random(api: &Api, customer: &str, items: &[(String, i64)]) -> Sample {
+    let key = uuid::Uuid::new_v4().to_string();
+    match api.place_order(customer, items, &key).await {
+        Ok(PlaceOutcome::Accepted { order_id, status }) => Sample::Accepted { order_id, status },
+        Ok(PlaceOutcome::Rejected { status }) => Sample::Rejected(status),
+        Err(e) => Sample::Failed(failure_kind(&e)),
+    }
+}
+
+/// Checks that `fixture` and `plan` can make orders.
+pub fn check_plan(fixture: &Fixture, plan: &LoadPlan) -> Result<(), ToolError> {
+    if fixture.products.is_empty() || fixture.customers.is_empty() {
+        return Err(ToolError::Usage("the fixture needs at least one product and one customer".into()));
+    }
+    if plan.lines == 0 || plan.max_quantity < 1 {
+        return Err(ToolError::Usage("--lines and --max-quantity must be at least 1".into()));
+    }
+    Ok(())
+}
+
 async fn worker(api: Arc<Api>, fixture: Arc<Fixture>, plan: LoadPlan, deadline: Instant) -> LoadReport {
     let mut rng = StdRng::from_os_rng();
     let mut report = LoadReport::default();
     while Instant::now() < deadline {
-        let customer = &fixture.customers[rng.random_range(0..fixture.customers.len())].id;
-        let lines = rng.random_range(1..=plan.lines.min(fixture.products.len()));
-        let mut items: Vec<(String, i64)> = Vec::with_capacity(lines);
-        while items.len() < lines {
-            let p = &fixture.products[rng.random_range(0..fixture.products.len())].id;
-            if !items.iter().any(|(id, _)| id == p) {
-                items.push((p.clone(), rng.random_range(1..=plan.max_quantity)));
-            }
-        }
-        let key = uuid::Uuid::new_v4().to_string();
+        let (customer, items) = random_order(&mut rng, &fixture, &plan);
         let started = Instant::now();
-        match api.place_order(customer, &items, &key).await {
-            Ok(PlaceOutcome::Accepted { order_id, status }) => {
-                if status == "CONFIRMED" || status == "CANCELLED" {
-                    report.completed_latency.record(started.elapsed());
-                }
-                report.accepted.push((order_id, status));
-            }
-            Ok(PlaceOutcome::Rejected { status }) => {
+        let sample = place_random(&api, &customer, &items).await;
+        if sample.completed() {
+            report.completed_latency.record(started.elapsed());
+        }
+        match sample {
+            Sample::Accepted { order_id, status } => report.accepted.push((order_id, status)),
+            Sample::Rejected(status) => {
                 *report.rejected.entry(status).or_default() += 1;
                 // Rate-limited or shed (429/503 come back at once): back off instead of spinning.
                 if status == 429 || status == 503 {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
-            Err(e) => {
-                *report.failed.entry(failure_kind(&e)).or_default() += 1;
+            Sample::Failed(kind) => {
+                *report.failed.entry(kind).or_default() += 1;
                 // A dead gateway refuses instantly; don't spin.
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -114,12 +142,7 @@ async fn worker(api: Arc<Api>, fixture: Arc<Fixture>, plan: LoadPlan, deadline: 
 
 /// Runs `plan.concurrency` workers for `plan.duration`.
 pub async fn run(api: Arc<Api>, fixture: Arc<Fixture>, plan: LoadPlan) -> Result<LoadReport, ToolError> {
-    if fixture.products.is_empty() || fixture.customers.is_empty() {
-        return Err(ToolError::Usage("the fixture needs at least one product and one customer".into()));
-    }
-    if plan.lines == 0 || plan.max_quantity < 1 {
-        return Err(ToolError::Usage("--lines and --max-quantity must be at least 1".into()));
-    }
+    check_plan(&fixture, &plan)?;
     let started = Instant::now();
     let deadline = started + plan.duration;
     let workers: Vec<_> = (0..plan.concurrency.max(1))

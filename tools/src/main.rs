@@ -6,8 +6,9 @@ use sagaworks_tools::check::coverage::{Kill, Minimums};
 use sagaworks_tools::check::events::Required;
 use sagaworks_tools::check::{self, Verdict};
 use sagaworks_tools::cli::{CheckArgs, Cli, Command, GatewayArgs, LoadArgs, SeedArgs};
-use sagaworks_tools::cpu::CpuTimes;
+use sagaworks_tools::cpu::{CpuTimes, CpuUsage};
 use sagaworks_tools::load;
+use sagaworks_tools::open_loop::{self, StepReport};
 use sagaworks_tools::pg::{self, Databases};
 use sagaworks_tools::{Api, Fixture, ToolError};
 use std::path::Path;
@@ -45,6 +46,9 @@ async fn seed(args: SeedArgs) -> Result<ExitCode, ToolError> {
 }
 
 async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
+    if args.rate.is_some() || args.sweep.is_some() {
+        return run_open_load(args).await;
+    }
     let api = Arc::new(api(&args.gateway)?);
     let fixture = Arc::new(Fixture::load(&args.fixture)?);
     let plan = args.plan();
@@ -108,6 +112,93 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
             100.0 * rate / tps,
             100.0 * commits as f64 / secs / tps
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One open-loop step as a line: offered and achieved rate, latency quantiles, errors.
+fn print_step(step: &StepReport, cpu: Option<CpuUsage>, missed: Option<&str>) {
+    let ms = |q: f64| step.quantile(q).map_or("-".to_string(), |d| format!("{:.1}", d.as_secs_f64() * 1e3));
+    let cpu =
+        cpu.map_or("-".to_string(), |c| format!("{:.2}", 1e3 * c.busy_secs / step.completed().max(1) as f64));
+    println!(
+        "  {:>7.1} {:>7} {:>9.1} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7}  {}{}",
+        step.rate,
+        step.sent,
+        step.throughput(),
+        ms(0.5),
+        ms(0.99),
+        ms(0.999),
+        ms(1.0),
+        step.errors(),
+        step.waited_for_slot,
+        cpu,
+        if step.rejected.is_empty() && step.failed.is_empty() {
+            String::new()
+        } else {
+            format!("rejected {:?} failed {:?} ", step.rejected, step.failed)
+        },
+        missed.map_or(String::new(), |m| format!("MISSED: {m}")),
+    );
+}
+
+/// `load --rate` / `load --sweep`: open-loop steps, one line each, then the knee.
+async fn run_open_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
+    let api = Arc::new(api(&args.gateway)?);
+    let fixture = Arc::new(Fixture::load(&args.fixture)?);
+    let plan = args.plan();
+    load::check_plan(&fixture, &plan)?;
+    let send = || {
+        let (customer, items) = load::random_order(&mut rand::rng(), &fixture, &plan);
+        let api = Arc::clone(&api);
+        async move { load::place_random(&api, &customer, &items).await }
+    };
+    let rates = match (args.rate, args.sweep) {
+        (Some(rate), _) => vec![rate],
+        (None, Some(s)) => open_loop::rates(s.from, s.to, s.step),
+        (None, None) => unreachable!("run_load calls this with --rate or --sweep"),
+    };
+    let bound = args.bound();
+    let admin = pg::connect(&args.pg_admin, "postgres").await?;
+    let commits_before = pg::server_commits(&admin).await?;
+    println!(
+        "open-loop load: {} s per rate, up to {} in flight, kept up with: p99 <= {} ms and <= {} % errors",
+        args.duration_secs, args.max_in_flight, args.p99_bound_ms, args.max_error_percent
+    );
+    println!(
+        "  {:>7} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7}",
+        "rate/s", "sent", "sagas/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "errors", "waited", "CPU ms"
+    );
+    let mut last_cpu = CpuTimes::read();
+    let (steps, knee) = open_loop::sweep(&rates, &args.open_plan(rates[0]), bound, send, |step, missed| {
+        let now = CpuTimes::read();
+        let cpu = last_cpu.zip(now).map(|(before, after)| after.since(&before));
+        last_cpu = now;
+        print_step(step, cpu, missed);
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let commits = pg::server_commits(&admin).await? - commits_before;
+    let completed: u64 = steps.iter().map(StepReport::completed).sum();
+    println!(
+        "  (CPU ms: CPU of every process on the machine per completed saga; errors: orders that completed no saga)"
+    );
+    println!(
+        "  postgres commits during the run: {commits} ({:.1} per completed saga)",
+        commits as f64 / completed.max(1) as f64
+    );
+    match (knee, args.sweep) {
+        (Some(knee), Some(_)) => println!(
+            "knee: {knee} orders/s (the highest rate tried with p99 <= {} ms and <= {} % errors)",
+            args.p99_bound_ms, args.max_error_percent
+        ),
+        (None, Some(_)) => println!("knee: below the first rate tried ({} orders/s)", rates[0]),
+        _ => {}
+    }
+    if let Some(path) = &args.accepted_out {
+        let ids: String = steps.iter().flat_map(|s| &s.accepted).map(|(id, _)| format!("{id}\n")).collect();
+        std::fs::write(path, ids)
+            .map_err(|source| ToolError::Io { path: path.display().to_string(), source })?;
     }
     Ok(ExitCode::SUCCESS)
 }
