@@ -469,6 +469,32 @@ async fn commits_within_the_batch_interval_share_a_batch() {
     }
 }
 
+/// A full batch (as many heads as `batch_size`, or as many rows as twice
+/// that) is followed by the next one at once: only a batch that was not full
+/// waits `min_batch_interval_ms`. With the interval at an hour, a backlog of
+/// several batches, full by heads and full by rows, still drains: a relay
+/// that paced after a full batch would publish one batch and wait an hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_batch_is_followed_by_the_next_at_once_whatever_the_interval() {
+    let env = env("relay_full").await;
+    // One aggregate with 20 events first (batches full by rows: one head, 8 rows), then
+    // 12 aggregates with one event each (batches full by heads: 4 heads, 4 rows).
+    for n in 1..=20 {
+        credit(&env.pool, "acc-long", n, true).await;
+    }
+    for a in 1..=12 {
+        credit(&env.pool, &format!("acc-{a}"), 1, true).await;
+    }
+    let settings =
+        sagaworks_outbox::RelaySettings { batch_size: 4, min_batch_interval_ms: 3_600_000, ..no_polling() };
+    let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+    eventually_empty_backlog(&env).await;
+    let batches = count(&env.pool, "SELECT count(DISTINCT published_at) FROM outbox").await;
+    assert!(batches >= 5, "32 events in batches of at most 8 rows or 4 heads: {batches} batches");
+    running.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permanently_failing_event_blocks_only_its_own_aggregate() {
     let _ = sagaworks_runtime::metrics::handle();
