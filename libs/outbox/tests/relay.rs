@@ -74,6 +74,32 @@ async fn committed_event_is_published_with_key_headers_and_payload_and_rolled_ba
     running.stop().await;
 }
 
+/// `outbox_publish_latency_seconds` gets one sample per acked event: its age
+/// (commit to ack), which cannot exceed the time since the test wrote it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_acked_event_records_its_age_in_the_publish_latency_histogram() {
+    let _ = sagaworks_runtime::metrics::handle();
+    let env = env("relay_latency").await;
+    let written_after = std::time::Instant::now();
+    for n in 1..=5 {
+        credit(&env.pool, "acc-1", n, true).await;
+    }
+    let settings = sagaworks_outbox::RelaySettings { service: "relay-latency".into(), ..relay_settings() };
+    let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+    eventually_empty_backlog(&env).await;
+    let most = written_after.elapsed().as_secs_f64();
+    running.stop().await;
+    let text = sagaworks_runtime::metrics::render();
+    let sample = |name: &str| {
+        let series = format!("{name}{{service=\"relay-latency\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(series.as_str())?.trim().parse::<f64>().ok())
+    };
+    assert_eq!(sample("outbox_publish_latency_seconds_count"), Some(5.0), "{text}");
+    let sum = sample("outbox_publish_latency_seconds_sum").unwrap();
+    assert!(sum > 0.0 && sum <= 5.0 * most, "five ages of at most {most} s each, in seconds: {sum}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_written_while_the_broker_is_down_arrive_in_order_once_it_is_back() {
     let _ = sagaworks_runtime::metrics::handle();
