@@ -4,7 +4,7 @@
 //! /v1/orders` answers when the saga finished (or after the gateway's wait),
 //! so a `CONFIRMED`/`CANCELLED` answer is a completed saga and its latency is
 //! the saga's end-to-end latency. The open-loop generator ([`crate::open_loop`])
-//! places the same orders ([`random_order`], [`place_random`]) at a fixed rate.
+//! places the same orders ([`random_order`], [`place`]) at a fixed rate.
 
 use crate::open_loop::Sample;
 use crate::stats::Latencies;
@@ -90,8 +90,8 @@ pub fn random_order(rng: &mut impl Rng, fixture: &Fixture, plan: &LoadPlan) -> (
     (customer, items)
 }
 
-/// Places a random order (with a fresh idempotency key) and says what came of it.
-pub async fn place_random(api: &Api, customer: &str, items: &[(String, i64)]) -> Sample {
+/// Places the order (with a fresh idempotency key) and says what came of it.
+pub async fn place(api: &Api, customer: &str, items: &[(String, i64)]) -> Sample {
     let key = uuid::Uuid::new_v4().to_string();
     match api.place_order(customer, items, &key).await {
         Ok(PlaceOutcome::Accepted { order_id, status }) => Sample::Accepted { order_id, status },
@@ -117,7 +117,7 @@ async fn worker(api: Arc<Api>, fixture: Arc<Fixture>, plan: LoadPlan, deadline: 
     while Instant::now() < deadline {
         let (customer, items) = random_order(&mut rng, &fixture, &plan);
         let started = Instant::now();
-        let sample = place_random(&api, &customer, &items).await;
+        let sample = place(&api, &customer, &items).await;
         if sample.completed() {
             report.completed_latency.record(started.elapsed());
         }

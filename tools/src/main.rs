@@ -151,7 +151,7 @@ async fn run_open_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     let send = || {
         let (customer, items) = load::random_order(&mut rand::rng(), &fixture, &plan);
         let api = Arc::clone(&api);
-        async move { load::place_random(&api, &customer, &items).await }
+        async move { load::place(&api, &customer, &items).await }
     };
     let rates = match (args.rate, args.sweep) {
         (Some(rate), _) => vec![rate],
