@@ -45,6 +45,22 @@ async fn seed(args: SeedArgs) -> Result<ExitCode, ToolError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The server's commits since `before`, read after pg_stat_database's flush
+/// (about once a second).
+async fn commits_since(admin: &sqlx::PgPool, before: i64) -> Result<i64, ToolError> {
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    Ok(pg::server_commits(admin).await? - before)
+}
+
+/// Writes the accepted orders' ids, one a line, for `check --accepted`.
+fn write_accepted<'a>(
+    path: &Path,
+    accepted: impl IntoIterator<Item = &'a (String, String)>,
+) -> Result<(), ToolError> {
+    let ids: String = accepted.into_iter().map(|(id, _)| format!("{id}\n")).collect();
+    std::fs::write(path, ids).map_err(|source| ToolError::Io { path: path.display().to_string(), source })
+}
+
 async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     if args.rate.is_some() || args.sweep.is_some() {
         return run_open_load(args).await;
@@ -58,14 +74,9 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     let cpu_before = CpuTimes::read();
     let mut report = load::run(api, fixture, plan.clone()).await?;
     let cpu = cpu_before.zip(CpuTimes::read()).map(|(before, after)| after.since(&before));
-    // pg_stat_database is flushed about once a second.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let commits = pg::server_commits(&admin).await? - commits_before;
-
+    let commits = commits_since(&admin, commits_before).await?;
     if let Some(path) = &args.accepted_out {
-        let ids: String = report.accepted.iter().map(|(id, _)| format!("{id}\n")).collect();
-        std::fs::write(path, ids)
-            .map_err(|source| ToolError::Io { path: path.display().to_string(), source })?;
+        write_accepted(path, &report.accepted)?;
     }
     let secs = report.elapsed.as_secs_f64();
     let rate = report.sagas_per_sec();
@@ -177,8 +188,7 @@ async fn run_open_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
         print_step(step, cpu, missed);
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let commits = pg::server_commits(&admin).await? - commits_before;
+    let commits = commits_since(&admin, commits_before).await?;
     let completed: u64 = steps.iter().map(StepReport::completed).sum();
     println!(
         "  (CPU ms: CPU of every process on the machine per completed saga; errors: orders that completed no saga)"
@@ -196,9 +206,7 @@ async fn run_open_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
         _ => {}
     }
     if let Some(path) = &args.accepted_out {
-        let ids: String = steps.iter().flat_map(|s| &s.accepted).map(|(id, _)| format!("{id}\n")).collect();
-        std::fs::write(path, ids)
-            .map_err(|source| ToolError::Io { path: path.display().to_string(), source })?;
+        write_accepted(path, steps.iter().flat_map(|s| &s.accepted))?;
     }
     Ok(ExitCode::SUCCESS)
 }
