@@ -9,6 +9,7 @@ use crate::body::{BufferBodyLayer, to_tonic_body};
 use crate::breaker::{Breaker, BreakerLayer, CircuitState};
 use crate::bulkhead::BulkheadLayer;
 use crate::outcome::Outcome;
+use crate::replicas::Replicas;
 use crate::retry::RetryPolicy;
 use crate::sent::{self, AttemptLayer};
 use crate::timeout::TimeoutLayer;
@@ -83,13 +84,31 @@ impl tower::Service<Request<Body>> for ResilientChannel {
 }
 
 /// Builds the channel for downstream `name` (used in metrics and logs). Connects lazily.
+///
+/// With several URLs (replicas of the downstream), each attempt picks a replica:
+/// power of two choices, leaving out those that could not be connected to lately
+/// ([`crate::replicas`]). The stack above (breaker, bulkhead, retry budget) is the
+/// downstream's, shared by its replicas; a retried attempt picks again.
 pub fn channel(name: &'static str, settings: &ClientSettings) -> Result<ResilientChannel, ResilienceError> {
     settings.validate()?;
-    let endpoint = tonic::transport::Endpoint::from_shared(settings.url.clone())
-        .map_err(|e| ResilienceError::InvalidUrl { url: settings.url.clone(), reason: e.to_string() })?
-        // No `Endpoint::timeout`: the stack's timeout layer bounds every attempt.
-        .connect_timeout(Duration::from_millis(settings.connect_timeout_ms));
-    Ok(stack(name, settings, endpoint.connect_lazy()))
+    let endpoints = settings
+        .urls()
+        .into_iter()
+        .map(|url| {
+            tonic::transport::Endpoint::from_shared(url.to_owned())
+                .map_err(|e| ResilienceError::InvalidUrl { url: url.to_owned(), reason: e.to_string() })
+                // No `Endpoint::timeout`: the stack's timeout layer bounds every attempt.
+                .map(|e| e.connect_timeout(Duration::from_millis(settings.connect_timeout_ms)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    match endpoints.as_slice() {
+        [] => Err(ResilienceError::InvalidUrl { url: settings.url.clone(), reason: "no URL".into() }),
+        [endpoint] => Ok(stack(name, settings, endpoint.connect_lazy())),
+        _ => {
+            let replicas = endpoints.iter().map(|e| (e.uri().to_string(), e.connect_lazy())).collect();
+            Ok(stack(name, settings, Replicas::new(name, replicas)))
+        }
+    }
 }
 
 /// Creates, at 0, every counter series the stack of `downstream` may record

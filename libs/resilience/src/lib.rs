@@ -129,6 +129,7 @@ mod bulkhead;
 mod channel;
 mod outcome;
 mod rejection;
+pub mod replicas;
 mod retry;
 mod sent;
 mod settings;

@@ -13,7 +13,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct ClientSettings {
-    /// `http://host:port` of the downstream gRPC server.
+    /// `http://host:port` of the downstream gRPC server; several, comma-separated
+    /// (`http://a:50051,http://b:50051`), are replicas of it, and calls are
+    /// balanced over them (power of two choices over their connections' load).
     pub url: String,
     /// Per-attempt timeout unless `routes` names the method.
     pub timeout_ms: u64,
@@ -47,6 +49,12 @@ impl ClientSettings {
     /// Default settings pointing at `url`.
     pub fn with_url(url: impl Into<String>) -> Self {
         Self { url: url.into(), ..Default::default() }
+    }
+
+    /// The downstream's URLs: `url` split at commas, blanks trimmed, empty
+    /// parts dropped.
+    pub fn urls(&self) -> Vec<&str> {
+        self.url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect()
     }
 
     /// Per-attempt timeout of the call to `path` (`/package.Service/Method`): a `routes`

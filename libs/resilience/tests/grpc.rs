@@ -210,3 +210,41 @@ async fn a_dead_server_opens_the_breaker_which_closes_via_half_open_when_it_is_b
     assert_eq!(channel.breaker_state(), CircuitState::Closed);
     assert_eq!(server.calls.load(Ordering::SeqCst), 2);
 }
+
+#[tokio::test]
+async fn calls_are_balanced_over_the_replicas_named_in_the_url() {
+    let (l1, a1) = listener().await;
+    let (l2, a2) = listener().await;
+    let (one, two) = (serve(l1, 0).await, serve(l2, 0).await);
+    let s = ClientSettings { url: format!("http://{a1}, http://{a2},"), ..settings(a1) };
+    assert_eq!(s.urls().len(), 2, "blanks and the empty part are dropped");
+    let channel = channel("inventory", &s).unwrap();
+    for i in 0..200 {
+        get(&channel, &format!("p{i}")).await.expect("answered by a replica");
+    }
+    let (n1, n2) = (one.calls.load(Ordering::SeqCst), two.calls.load(Ordering::SeqCst));
+    assert_eq!(n1 + n2, 200, "one attempt per call");
+    // Each pick chooses between both replicas: p(a replica gets <= 10 of 200) is negligible.
+    assert!(n1 > 10 && n2 > 10, "both replicas get calls: {n1} and {n2}");
+}
+
+#[tokio::test]
+async fn a_replica_that_is_down_leaves_the_calls_to_the_others() {
+    let (l1, a1) = listener().await;
+    let (l2, a2) = listener().await;
+    drop(l2); // nothing listens at a2: its connections are refused
+    let one = serve(l1, 0).await;
+    let s = ClientSettings { url: format!("http://{a1},http://{a2}"), ..settings(a1) };
+    let channel = channel("inventory", &s).unwrap();
+    for i in 0..50 {
+        get(&channel, &format!("p{i}")).await.expect("the live replica answers");
+    }
+    assert_eq!(one.calls.load(Ordering::SeqCst), 50);
+}
+
+#[test]
+fn a_url_list_without_a_url_is_a_setting_error_not_a_panic() {
+    let s = ClientSettings { url: " , ".into(), ..Default::default() };
+    let err = sagaworks_resilience::channel("inventory", &s).unwrap_err();
+    assert!(err.to_string().contains("no URL"), "{err}");
+}
