@@ -13,6 +13,13 @@
 #   sw_db_name <svc> [prefix]   its database: <prefix>_<suffix> (prefix default sagaworks)
 #   sw_db_role <svc>       its database login role
 #   sw_topics              every aggregate (topic suffix) a service publishes
+#   sw_calls <svc>         the services it calls (its `<callee>.url` settings)
+#   sw_replicas <svc>      how many processes of it scripts/dev-up runs: SW_REPLICAS_<SVC>
+#                          (e.g. SW_REPLICAS_ORDER=3), 1 to 9, default 1
+#   sw_replica <svc> <r>   the process name of replica r (1: <svc>, then <svc>-2, ...)
+#   sw_replica_port <svc> http|grpc <r>   its port: the service's + 100 x (r - 1)
+#   sw_grpc_urls <svc>     the gRPC URLs of all its replicas, comma-separated (what a
+#                          caller's `<svc>.url` gets: calls are balanced over them)
 #
 # The lists are also arrays (SW_SERVICES, SW_BACKENDS, SW_GATEWAYS, SW_DB_SERVICES,
 # SW_PROCESSES, SW_START_WAVES, SW_TOPICS), the rest associative arrays (SW_PORTS keyed
@@ -81,6 +88,7 @@ print("declare -gA SW_PORTS=(" + " ".join(f"[{k}]={v}" for k, v in ports.items()
 dbs = [(s["name"], s["database"]) for s in services if s.get("database")]
 print("declare -gA SW_DB_SUFFIX=(" + " ".join(f"[{n}]={d['suffix']}" for n, d in dbs) + ")")
 print("declare -gA SW_DB_ROLE=(" + " ".join(f"[{n}]={d['role']}" for n, d in dbs) + ")")
+print("declare -gA SW_CALLS=(" + " ".join(f"[{s['name']}]={shlex.quote(' '.join(s.get('calls') or []))}" for s in services) + ")")
 PY
 )" || { echo "scripts/lib/services.sh: cannot read $SW_SERVICES_TOML" >&2; exit 1; }
 eval "$_sw_vars"
@@ -109,4 +117,26 @@ sw_db_role() { # service
     local role="${SW_DB_ROLE[$1]:-}"
     [ -n "$role" ] || { echo "services.toml: $1 owns no database" >&2; return 1; }
     echo "$role"
+}
+sw_calls() { echo "${SW_CALLS[$1]:-}"; }
+sw_replicas() { # service
+    local var n
+    var="SW_REPLICAS_$(echo "$1" | tr '[:lower:]-' '[:upper:]_')"
+    n="${!var:-1}"
+    [[ "$n" =~ ^[1-9]$ ]] || { echo "$var=$n: replicas must be 1 to 9" >&2; return 1; }
+    echo "$n"
+}
+sw_replica() { # service, replica number (from 1)
+    if [ "$2" -eq 1 ]; then echo "$1"; else echo "$1-$2"; fi
+}
+sw_replica_port() { # service, http|grpc, replica number (from 1)
+    local port
+    port="$(sw_port "$1" "$2")" || return 1
+    echo $((port + 100 * ($3 - 1)))
+}
+sw_grpc_urls() { # service
+    local n r urls=()
+    n="$(sw_replicas "$1")" || return 1
+    for r in $(seq 1 "$n"); do urls+=("http://127.0.0.1:$(sw_replica_port "$1" grpc "$r")"); done
+    (IFS=,; echo "${urls[*]}")
 }
