@@ -2,28 +2,43 @@
 //!
 //! ```text
 //! cargo run --release -p sagaworks-outbox --example relay_bench -- --events 100000
-//!     [--aggregates 1000] [--tx-size 500] [--latency-events 5000] [--rate 500]
+//!     [--aggregates 1000] [--tx-size 500] [--relay-batch 500]
+//!     [--consumer-batch 200] [--consumer-wait-ms 0] [--consumer-concurrency 4]
+//!     [--lag-rate EVENTS_PER_SEC] [--lag-secs 10]
+//!     [--latency-events 5000] [--rate 500]
 //!     [--brokers host:port] [--database-url postgres://...]
 //! ```
 //!
 //! Without `--brokers` / `--database-url` it starts its own Tansu and a fresh
-//! database (test-support). Three phases:
+//! database (test-support). Phases:
 //!
 //! 1. **write**: `--events` events over `--aggregates` aggregates, `--tx-size`
 //!    events per transaction, 4 concurrent writers (relay not running);
 //! 2. **relay**: start the relay on that backlog; throughput = events / time
 //!    until every row is acked and marked published (commit -> broker ack);
-//! 3. **latency**: with the relay and a consumer running, write
+//! 3. **lag**: with the relay running and nothing else, write events of
+//!    another aggregate type at `--lag-rate` events/s (default: half the
+//!    relay's measured rate) for `--lag-secs`, in transactions of 10 on their
+//!    own schedule (open loop), and measure commit -> visible on Kafka (a
+//!    plain consumer assigned to the topic's end) p50/p99;
+//! 4. **consume**: a consumer (inbox + handler, `--consumer-batch` messages
+//!    per transaction, `--consumer-concurrency` workers) on the backlog;
+//! 5. **latency**: with the relay and the consumer running, write
 //!    `--latency-events` more at `--rate` events/s in transactions of 10 and
 //!    measure commit -> handler latency (p50/p99).
 //!
-//! Then it checks that the consumer handled every event once (inbox count)
-//! and each aggregate in order.
+//! Each phase also prints the machine's CPU time per event (all processes:
+//! this one, PostgreSQL, the broker; from `/proc/stat`). Then it checks that
+//! the consumer handled every event once (inbox count) and each aggregate in
+//! order.
 
+use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
 use sagaworks_config::KafkaSettings;
 use sagaworks_outbox::{
-    Consumer, ConsumerSettings, Handler, HandlerError, NewEvent, OutboxWriter, ReceivedEvent, Relay,
-    RelaySettings,
+    Consumer, ConsumerSettings, Handler, HandlerError, NewEvent, OutboxWriter, PendingEvents, ReceivedEvent,
+    Relay, RelaySettings,
 };
 use sagaworks_test_support::{Broker, TestDatabase};
 use sqlx::{PgConnection, PgPool};
@@ -40,6 +55,12 @@ struct Args {
     events: usize,
     aggregates: usize,
     tx_size: usize,
+    relay_batch: i64,
+    consumer_batch: usize,
+    consumer_wait_ms: u64,
+    consumer_concurrency: usize,
+    lag_rate: Option<u64>,
+    lag_secs: u64,
     latency_events: usize,
     rate: u64,
     brokers: Option<String>,
@@ -51,6 +72,12 @@ fn parse_args() -> Result<Args, String> {
         events: 100_000,
         aggregates: 1_000,
         tx_size: 500,
+        relay_batch: 500,
+        consumer_batch: 200,
+        consumer_wait_ms: 0,
+        consumer_concurrency: 4,
+        lag_rate: None,
+        lag_secs: 10,
         latency_events: 5_000,
         rate: 500,
         brokers: None,
@@ -64,6 +91,12 @@ fn parse_args() -> Result<Args, String> {
             "--events" => a.events = number(value()?)?,
             "--aggregates" => a.aggregates = number(value()?)?.max(1),
             "--tx-size" => a.tx_size = number(value()?)?.max(1),
+            "--relay-batch" => a.relay_batch = number(value()?)?.max(1) as i64,
+            "--consumer-batch" => a.consumer_batch = number(value()?)?.max(1),
+            "--consumer-wait-ms" => a.consumer_wait_ms = number(value()?)? as u64,
+            "--consumer-concurrency" => a.consumer_concurrency = number(value()?)?.max(1),
+            "--lag-rate" => a.lag_rate = Some(number(value()?)?.max(10) as u64),
+            "--lag-secs" => a.lag_secs = number(value()?)?.max(1) as u64,
             "--latency-events" => a.latency_events = number(value()?)?,
             "--rate" => a.rate = number(value()?)?.max(1) as u64,
             "--brokers" => a.brokers = Some(value()?),
@@ -134,11 +167,149 @@ fn jobs(events: usize, aggregates: usize, first_n: i64) -> Vec<Vec<(String, i64)
     per_writer
 }
 
-async fn backlog(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+/// Whether any event is still unpublished. (Not a `count(*)`: polled every
+/// 20 ms, counting a backlog of 100 000 index entries cost PostgreSQL a
+/// quarter of a core, taken from the relay being measured.)
+async fn backlog(pool: &PgPool) -> bool {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL)")
         .fetch_one(pool)
         .await
-        .expect("count")
+        .expect("backlog")
+}
+
+/// Busy CPU time of the whole machine so far (user, nice, system, irq,
+/// softirq; all processes), from `/proc/stat` in USER_HZ (100/s) ticks.
+fn machine_busy() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let busy: u64 = [0, 1, 2, 5, 6].iter().filter_map(|i| ticks.get(*i)).sum();
+    Duration::from_millis(busy * 10)
+}
+
+/// Machine CPU per event since `since` (a [`machine_busy`] reading).
+fn cpu_per_event(since: Duration, events: usize) -> String {
+    let us = (machine_busy().saturating_sub(since)).as_secs_f64() * 1e6 / events.max(1) as f64;
+    format!("{us:.0} us of machine CPU per event")
+}
+
+/// Phase 3: events of aggregate type `benchlag` written at `rate` events/s
+/// (transactions of 10 on a fixed schedule, up to 8 at a time) for `secs`,
+/// with the relay running; returns commit -> visible on Kafka per event and
+/// how far the writers fell behind their schedule at the worst.
+async fn lag_phase(pool: &PgPool, kafka: &KafkaSettings, rate: u64, secs: u64) -> (Vec<Duration>, Duration) {
+    const PER_TX: usize = 10;
+    let topic = format!("{}.benchlag", kafka.topic_prefix);
+    let lag_event = |i: usize| {
+        NewEvent::new("benchlag", format!("lag-{}", i % 1000), "LagEvent", serde_json::json!({ "i": i }))
+            .expect("serializable")
+    };
+    // One event first, so the topic exists before the reader is assigned to it.
+    let warm = write_pending(pool, vec![lag_event(usize::MAX)]).await;
+    while backlog(pool).await {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let reader: StreamConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &kafka.brokers)
+        .set("group.id", "bench-lag")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .expect("lag reader");
+    let metadata = reader.fetch_metadata(Some(&topic), Duration::from_secs(5)).expect("metadata");
+    let mut tpl = TopicPartitionList::new();
+    for p in metadata.topics()[0].partitions() {
+        tpl.add_partition_offset(&topic, p.id(), Offset::Beginning).expect("partition");
+    }
+    reader.assign(&tpl).expect("assign");
+    let seen: Arc<Mutex<HashMap<Uuid, Instant>>> = Arc::default();
+    let stop = CancellationToken::new();
+    let read = {
+        let (seen, stop) = (seen.clone(), stop.clone());
+        tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    msg = reader.recv() => msg,
+                };
+                let Ok(msg) = msg else { continue };
+                let at = Instant::now();
+                let id = msg.headers().and_then(|h| {
+                    h.iter().find(|h| h.key == "ce_id").and_then(|h| {
+                        std::str::from_utf8(h.value?).ok().and_then(|v| Uuid::parse_str(v).ok())
+                    })
+                });
+                if let Some(id) = id {
+                    seen.lock().unwrap().insert(id, at);
+                }
+            }
+        })
+    };
+    // Let the reader fetch the warm-up event: it is then positioned.
+    while !seen.lock().unwrap().contains_key(&warm[0].0) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let transactions = (rate * secs) as usize / PER_TX;
+    let interval = Duration::from_secs_f64(PER_TX as f64 / rate as f64);
+    let slots = Arc::new(tokio::sync::Semaphore::new(8));
+    let start = tokio::time::Instant::now();
+    let mut behind = Duration::ZERO;
+    let mut writes = Vec::with_capacity(transactions);
+    for t in 0..transactions {
+        let due = start + interval * t as u32;
+        tokio::time::sleep_until(due).await;
+        let permit = slots.clone().acquire_owned().await.expect("open");
+        behind = behind.max(tokio::time::Instant::now() - due);
+        let pool = pool.clone();
+        let events: Vec<NewEvent> = (0..PER_TX).map(|k| lag_event(t * PER_TX + k)).collect();
+        writes.push(tokio::spawn(async move {
+            let committed = write_pending(&pool, events).await;
+            drop(permit);
+            committed
+        }));
+    }
+    let mut commits = Vec::with_capacity(transactions * PER_TX);
+    for w in writes {
+        commits.extend(w.await.expect("writer"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline && commits.iter().any(|(id, _)| !seen.lock().unwrap().contains_key(id)) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    read.await.expect("reader");
+    let seen = seen.lock().unwrap();
+    let mut lags: Vec<Duration> = commits
+        .iter()
+        .filter_map(|(id, at)| seen.get(id).map(|v| v.saturating_duration_since(*at)))
+        .collect();
+    lags.sort();
+    (lags, behind)
+}
+
+/// Writes `events` in one transaction, one statement; returns their ids with
+/// the instant it committed.
+async fn write_pending(pool: &PgPool, events: Vec<NewEvent>) -> Vec<(Uuid, Instant)> {
+    let writer = OutboxWriter::new("bench");
+    let mut pending = PendingEvents::new();
+    let mut ids = Vec::with_capacity(events.len());
+    for e in events {
+        let p = writer.pending(e).expect("pending");
+        ids.push(p.id());
+        pending.push(p);
+    }
+    let sql = format!("WITH {} SELECT count(*) FROM ev", PendingEvents::cte("ev", 1));
+    let mut tx = pool.begin().await.expect("begin");
+    pending.bind(sqlx::query(sqlx::AssertSqlSafe(sql))).execute(&mut *tx).await.expect("write");
+    tx.commit().await.expect("commit");
+    let at = Instant::now();
+    ids.into_iter().map(|id| (id, at)).collect()
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -187,6 +358,7 @@ async fn main() {
 
     // 1. write the backlog.
     let started = Instant::now();
+    let cpu = machine_busy();
     let tasks: Vec<_> = jobs(args.events, args.aggregates, 1)
         .into_iter()
         .map(|j| {
@@ -199,48 +371,94 @@ async fn main() {
     }
     let write_time = started.elapsed();
     println!(
-        "write:   {} events in {:.2} s = {:.0} events/s ({} per tx, {WRITERS} writers)",
+        "write:   {} events in {:.2} s = {:.0} events/s ({} per tx, {WRITERS} writers), {}",
         args.events,
         write_time.as_secs_f64(),
         args.events as f64 / write_time.as_secs_f64(),
-        args.tx_size
+        args.tx_size,
+        cpu_per_event(cpu, args.events)
     );
 
     // 2. relay the backlog.
     let token = CancellationToken::new();
-    let relay_settings =
-        RelaySettings { service: "bench".into(), poll_interval_ms: 100, ..Default::default() };
+    let relay_settings = RelaySettings {
+        service: "bench".into(),
+        poll_interval_ms: 100,
+        batch_size: args.relay_batch,
+        ..Default::default()
+    };
     let relay = Relay::new(pool.clone(), &kafka, relay_settings).expect("relay");
     let started = Instant::now();
+    let cpu = machine_busy();
     let relay_task = tokio::spawn(relay.run(token.clone()));
-    while backlog(&pool).await > 0 {
+    while backlog(&pool).await {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let relay_time = started.elapsed();
+    let relay_rate = args.events as f64 / relay_time.as_secs_f64();
     println!(
-        "relay:   {} events acked and marked in {:.2} s = {:.0} events/s",
+        "relay:   {} events acked and marked in {:.2} s = {relay_rate:.0} events/s ({} heads per batch), {}",
         args.events,
         relay_time.as_secs_f64(),
-        args.events as f64 / relay_time.as_secs_f64()
+        args.relay_batch,
+        cpu_per_event(cpu, args.events)
     );
 
-    // 3. consume the backlog, then paced writes for latency.
+    // 3. commit -> visible on Kafka at a fixed rate.
+    let lag_rate = args.lag_rate.unwrap_or((relay_rate / 2.0) as u64).max(10);
+    let cpu = machine_busy();
+    let (lags, behind) = lag_phase(&pool, &kafka, lag_rate, args.lag_secs).await;
+    println!(
+        "lag:     {} events at {lag_rate} events/s for {} s, commit -> on Kafka p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms \
+         (writers at most {:.1} ms behind schedule), {}",
+        lags.len(),
+        args.lag_secs,
+        percentile(&lags, 0.50).as_secs_f64() * 1e3,
+        percentile(&lags, 0.99).as_secs_f64() * 1e3,
+        lags.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+        behind.as_secs_f64() * 1e3,
+        cpu_per_event(cpu, lags.len())
+    );
+
+    // 4. consume the backlog, then 5. paced writes for latency.
     let probe = Arc::new(Probe::default());
-    let consumer_settings =
-        ConsumerSettings { group_id: "bench".into(), topics: vec!["bench".into()], ..Default::default() };
+    let consumer_settings = ConsumerSettings {
+        group_id: "bench".into(),
+        topics: vec!["bench".into()],
+        batch_size: args.consumer_batch,
+        batch_wait_ms: args.consumer_wait_ms,
+        concurrency: args.consumer_concurrency,
+        ..Default::default()
+    };
     let consumer = Consumer::new(pool.clone(), &kafka, consumer_settings, ProbeHandler(probe.clone()))
         .expect("consumer");
     let started = Instant::now();
+    let cpu = machine_busy();
     let consumer_task = tokio::spawn(consumer.run(token.clone()));
     while probe.handled.lock().unwrap().len() < args.events {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let consume_time = started.elapsed();
+    let steady = {
+        let handled = probe.handled.lock().unwrap();
+        let first = handled.values().min().copied().unwrap_or(started);
+        let last = handled.values().max().copied().unwrap_or(started);
+        last.saturating_duration_since(first)
+    };
     println!(
-        "consume: {} events handled (inbox + handler, one tx each) in {:.2} s = {:.0} events/s (incl. group join)",
+        "consume: first to last handled event {:.2} s = {:.0} events/s",
+        steady.as_secs_f64(),
+        args.events as f64 / steady.as_secs_f64().max(1e-3)
+    );
+    println!(
+        "consume: {} events handled (inbox + handler, up to {} per tx, {} workers) in {:.2} s = {:.0} events/s \
+         (incl. group join), {}",
         args.events,
+        args.consumer_batch,
+        args.consumer_concurrency,
         consume_time.as_secs_f64(),
-        args.events as f64 / consume_time.as_secs_f64()
+        args.events as f64 / consume_time.as_secs_f64(),
+        cpu_per_event(cpu, args.events)
     );
 
     let first_n = (args.events / args.aggregates) as i64 + 2;
