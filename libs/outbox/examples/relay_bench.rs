@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p sagaworks-outbox --example relay_bench -- --events 100000
-//!     [--aggregates 1000] [--tx-size 500] [--relay-batch 500]
+//!     [--aggregates 1000] [--tx-size 500] [--relay-batch 500] [--relays 1]
 //!     [--consumer-batch 200] [--consumer-wait-ms 0] [--consumer-concurrency 4]
 //!     [--lag-rate EVENTS_PER_SEC] [--lag-secs 10]
 //!     [--latency-events 5000] [--rate 500]
@@ -14,8 +14,9 @@
 //!
 //! 1. **write**: `--events` events over `--aggregates` aggregates, `--tx-size`
 //!    events per transaction, 4 concurrent writers (relay not running);
-//! 2. **relay**: start the relay on that backlog; throughput = events / time
-//!    until every row is acked and marked published (commit -> broker ack);
+//! 2. **relay**: start the relay (`--relays` of them, as replicas would run
+//!    them) on that backlog; throughput = events / time until every row is
+//!    acked and marked published (commit -> broker ack);
 //! 3. **lag**: with the relay running and nothing else, write events of
 //!    another aggregate type at `--lag-rate` events/s (default: half the
 //!    relay's measured rate) for `--lag-secs`, in transactions of 10 on their
@@ -56,6 +57,7 @@ struct Args {
     aggregates: usize,
     tx_size: usize,
     relay_batch: i64,
+    relays: usize,
     consumer_batch: usize,
     consumer_wait_ms: u64,
     consumer_concurrency: usize,
@@ -73,6 +75,7 @@ fn parse_args() -> Result<Args, String> {
         aggregates: 1_000,
         tx_size: 500,
         relay_batch: 500,
+        relays: 1,
         consumer_batch: 200,
         consumer_wait_ms: 0,
         consumer_concurrency: 4,
@@ -92,6 +95,7 @@ fn parse_args() -> Result<Args, String> {
             "--aggregates" => a.aggregates = number(value()?)?.max(1),
             "--tx-size" => a.tx_size = number(value()?)?.max(1),
             "--relay-batch" => a.relay_batch = number(value()?)?.max(1) as i64,
+            "--relays" => a.relays = number(value()?)?.max(1),
             "--consumer-batch" => a.consumer_batch = number(value()?)?.max(1),
             "--consumer-wait-ms" => a.consumer_wait_ms = number(value()?)? as u64,
             "--consumer-concurrency" => a.consumer_concurrency = number(value()?)?.max(1),
@@ -387,19 +391,24 @@ async fn main() {
         batch_size: args.relay_batch,
         ..Default::default()
     };
-    let relay = Relay::new(pool.clone(), &kafka, relay_settings).expect("relay");
     let started = Instant::now();
     let cpu = machine_busy();
-    let relay_task = tokio::spawn(relay.run(token.clone()));
+    let relay_tasks: Vec<_> = (0..args.relays)
+        .map(|_| {
+            let relay = Relay::new(pool.clone(), &kafka, relay_settings.clone()).expect("relay");
+            tokio::spawn(relay.run(token.clone()))
+        })
+        .collect();
     while backlog(&pool).await {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let relay_time = started.elapsed();
     let relay_rate = args.events as f64 / relay_time.as_secs_f64();
     println!(
-        "relay:   {} events acked and marked in {:.2} s = {relay_rate:.0} events/s ({} heads per batch), {}",
+        "relay:   {} events acked and marked in {:.2} s = {relay_rate:.0} events/s ({} relay(s), {} heads per batch), {}",
         args.events,
         relay_time.as_secs_f64(),
+        args.relays,
         args.relay_batch,
         cpu_per_event(cpu, args.events)
     );
@@ -496,7 +505,9 @@ async fn main() {
     );
 
     token.cancel();
-    relay_task.await.expect("relay stops");
+    for relay in relay_tasks {
+        relay.await.expect("relay stops");
+    }
     consumer_task.await.expect("consumer stops");
     let handled = probe.handled.lock().unwrap().len();
     let inbox: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox").fetch_one(&pool).await.expect("inbox");
