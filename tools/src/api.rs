@@ -1,7 +1,6 @@
 //! A small client of the gateway's REST API: what seeding and load need.
 
 use crate::{Tokens, ToolError};
-use serde::Deserialize;
 use serde_json::json;
 use std::time::Duration;
 
@@ -26,12 +25,6 @@ pub enum PlaceOutcome {
     Accepted { order_id: String, status: String },
     /// Any other HTTP status (a problem+json answer).
     Rejected { status: u16 },
-}
-
-#[derive(Deserialize)]
-struct OrderBody {
-    order_id: String,
-    status: String,
 }
 
 impl Api {
@@ -119,10 +112,7 @@ impl Api {
             .send()
             .await?;
         let status = res.status().as_u16();
-        if status != 200 && status != 201 {
-            return Ok(PlaceOutcome::Rejected { status });
-        }
-        let body: OrderBody = res.json().await?;
-        Ok(PlaceOutcome::Accepted { order_id: body.order_id, status: body.status })
+        let body = res.bytes().await?;
+        crate::target::gateway_outcome(status, &body)
     }
 }

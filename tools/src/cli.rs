@@ -6,7 +6,7 @@
 use crate::fixture::SeedPlan;
 use crate::load::LoadPlan;
 use crate::open_loop::{Bound, OpenPlan};
-use crate::{Tokens, ToolError};
+use crate::{Target, Tokens, ToolError};
 use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -65,11 +65,18 @@ the last rate that met both is the knee.
 
 The PostgreSQL server's commit counter (pg_stat_database) is read before and after.
 
+--target restate=URL sends the same orders to the Restate peer of scripts/bench-peer
+(bench/restate-peer: the same saga orchestrated by Restate) instead of the gateway:
+{order_id} in the URL becomes a fresh order id; 200 with {order_id, status} is a
+placed order, any other status a rejection.
+
 Examples:
   sagaworks-tools load --fixture fixture.json --concurrency 64 --duration-secs 60
   sagaworks-tools load --fixture fixture.json --accepted-out accepted.txt --commit-ceiling 5200
   sagaworks-tools load --fixture fixture.json --rate 200 --duration-secs 30
-  sagaworks-tools load --fixture fixture.json --sweep 100:600:50 --duration-secs 20 --p99-bound-ms 100")]
+  sagaworks-tools load --fixture fixture.json --sweep 100:600:50 --duration-secs 20 --p99-bound-ms 100
+  sagaworks-tools load --fixture fixture.json --rate 150 \\
+      --target 'restate=http://127.0.0.1:18080/OrderSaga/{order_id}/place'")]
     Load(LoadArgs),
 
     /// Check the invariants after a run; exits 1 when one fails.
@@ -224,6 +231,10 @@ pub struct LoadArgs {
     /// Open loop: at most this many orders in flight; a later one waits for a slot (and the wait counts).
     #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_in_flight: u64,
+
+    /// Where the orders go: `gateway` (POST /v1/orders at --api) or `restate=URL` (the Restate peer's handler; {order_id} in it becomes the order id).
+    #[arg(long, value_name = "gateway|restate=URL", default_value = "gateway")]
+    pub target: Target,
 
     #[command(flatten)]
     pub gateway: GatewayArgs,
@@ -425,6 +436,7 @@ mod tests {
             (load.accepted_out, load.pg_admin.as_str(), load.commit_ceiling),
             (None, DEFAULT_PG, None)
         );
+        assert_eq!(load.target, Target::Gateway);
 
         let Command::Check(check) = parse(&["check", "--fixture", "f.json"]).unwrap() else {
             panic!("not check")
@@ -504,6 +516,25 @@ mod tests {
             panic!("not load")
         };
         assert_eq!(load.rate, Some(12.5));
+    }
+
+    #[test]
+    fn the_target_is_the_gateway_or_a_restate_url() {
+        let url = "http://127.0.0.1:18080/OrderSaga/{order_id}/place";
+        let target = format!("restate={url}");
+        for mode in [&["--concurrency", "8"][..], &["--rate", "150"], &["--sweep", "100:200:50"]] {
+            let args = [&["load", "--fixture", "f", "--target", &target][..], mode].concat();
+            let Command::Load(load) = parse(&args).unwrap() else { panic!("not load") };
+            assert_eq!(load.target, Target::Restate { url: url.into() }, "{mode:?}");
+        }
+        let Command::Load(load) = parse(&["load", "--fixture", "f", "--target", "gateway"]).unwrap() else {
+            panic!("not load")
+        };
+        assert_eq!(load.target, Target::Gateway);
+        assert!(parse(&["load", "--fixture", "f", "--target", "restate"]).is_err());
+        assert!(parse(&["load", "--fixture", "f", "--target", "restate=127.0.0.1:18080/x"]).is_err());
+        assert!(parse(&["load", "--fixture", "f", "--target", "temporal=http://h/x"]).is_err());
+        assert!(parse(&["seed", "--out", "f", "--target", "gateway"]).is_err());
     }
 
     #[test]

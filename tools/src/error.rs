@@ -10,6 +10,9 @@ pub enum ToolError {
     Usage(String),
     #[error("HTTP: {0}")]
     Http(#[from] reqwest::Error),
+    /// The load target answered an order with a body that is not an order.
+    #[error("{0}")]
+    Answer(String),
     /// The gateway answered a setup call with an error.
     #[error("{what}: HTTP {status}: {body}")]
     Api { what: String, status: u16, body: String },

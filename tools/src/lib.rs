@@ -5,6 +5,8 @@
 //!   them as JSON.
 //! * [`load`]: a closed-loop load generator for `POST /v1/orders` with exact
 //!   latency percentiles ([`stats`]).
+//! * [`target`]: where `load` sends its orders: the gateway, or the Restate peer of
+//!   `scripts/bench-peer` (the same saga orchestrated by Restate), and how each answers.
 //! * [`open_loop`]: the open-loop generator: a fixed arrival rate, latencies
 //!   from the intended send time (HdrHistogram), and a sweep for the knee.
 //! * [`check`]: the invariants a run must keep (orders terminal, stock
@@ -25,9 +27,11 @@ pub mod load;
 pub mod open_loop;
 pub mod pg;
 pub mod stats;
+pub mod target;
 pub mod token;
 
 pub use api::{Api, PlaceOutcome};
 pub use error::ToolError;
 pub use fixture::{Fixture, FixtureCustomer, FixtureProduct, SeedPlan};
+pub use target::{Orders, Target};
 pub use token::Tokens;

@@ -4,11 +4,12 @@
 //! /v1/orders` answers when the saga finished (or after the gateway's wait),
 //! so a `CONFIRMED`/`CANCELLED` answer is a completed saga and its latency is
 //! the saga's end-to-end latency. The open-loop generator ([`crate::open_loop`])
-//! places the same orders ([`random_order`], [`place`]) at a fixed rate.
+//! places the same orders ([`random_order`], [`place`]) at a fixed rate. Both send them to
+//! the gateway or, for `scripts/bench-peer`, to the Restate peer ([`crate::target`]).
 
 use crate::open_loop::Sample;
 use crate::stats::Latencies;
-use crate::{Api, Fixture, PlaceOutcome, ToolError};
+use crate::{Fixture, Orders, PlaceOutcome, ToolError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -27,9 +28,9 @@ pub struct LoadPlan {
 #[derive(Debug, Default)]
 pub struct LoadReport {
     pub elapsed: Duration,
-    /// Orders the gateway accepted (201/200), with the status it answered.
+    /// Orders the target accepted (the gateway: 201/200; Restate: 200), with the status it answered.
     pub accepted: Vec<(String, String)>,
-    /// Answers other than 201/200, by HTTP status.
+    /// Other answers, by HTTP status.
     pub rejected: BTreeMap<u16, u64>,
     /// Transport failures (refused, reset, timed out), by kind.
     pub failed: BTreeMap<String, u64>,
@@ -63,7 +64,11 @@ impl LoadReport {
 }
 
 fn failure_kind(e: &ToolError) -> String {
-    let ToolError::Http(e) = e else { return e.to_string() };
+    let e = match e {
+        ToolError::Http(e) => e,
+        ToolError::Answer(_) => return "decode".into(),
+        e => return e.to_string(),
+    };
     if e.is_timeout() {
         "timeout".into()
     } else if e.is_connect() {
@@ -91,9 +96,9 @@ pub fn random_order(rng: &mut impl Rng, fixture: &Fixture, plan: &LoadPlan) -> (
 }
 
 /// Places the order (with a fresh idempotency key) and says what came of it.
-pub async fn place(api: &Api, customer: &str, items: &[(String, i64)]) -> Sample {
+pub async fn place(orders: &Orders, customer: &str, items: &[(String, i64)]) -> Sample {
     let key = uuid::Uuid::new_v4().to_string();
-    match api.place_order(customer, items, &key).await {
+    match orders.place_order(customer, items, &key).await {
         Ok(PlaceOutcome::Accepted { order_id, status }) => Sample::Accepted { order_id, status },
         Ok(PlaceOutcome::Rejected { status }) => Sample::Rejected(status),
         Err(e) => Sample::Failed(failure_kind(&e)),
@@ -111,13 +116,13 @@ pub fn check_plan(fixture: &Fixture, plan: &LoadPlan) -> Result<(), ToolError> {
     Ok(())
 }
 
-async fn worker(api: Arc<Api>, fixture: Arc<Fixture>, plan: LoadPlan, deadline: Instant) -> LoadReport {
+async fn worker(orders: Arc<Orders>, fixture: Arc<Fixture>, plan: LoadPlan, deadline: Instant) -> LoadReport {
     let mut rng = StdRng::from_os_rng();
     let mut report = LoadReport::default();
     while Instant::now() < deadline {
         let (customer, items) = random_order(&mut rng, &fixture, &plan);
         let started = Instant::now();
-        let sample = place(&api, &customer, &items).await;
+        let sample = place(&orders, &customer, &items).await;
         if sample.completed() {
             report.completed_latency.record(started.elapsed());
         }
@@ -141,12 +146,16 @@ async fn worker(api: Arc<Api>, fixture: Arc<Fixture>, plan: LoadPlan, deadline: 
 }
 
 /// Runs `plan.concurrency` workers for `plan.duration`.
-pub async fn run(api: Arc<Api>, fixture: Arc<Fixture>, plan: LoadPlan) -> Result<LoadReport, ToolError> {
+pub async fn run(
+    orders: Arc<Orders>,
+    fixture: Arc<Fixture>,
+    plan: LoadPlan,
+) -> Result<LoadReport, ToolError> {
     check_plan(&fixture, &plan)?;
     let started = Instant::now();
     let deadline = started + plan.duration;
     let workers: Vec<_> = (0..plan.concurrency.max(1))
-        .map(|_| tokio::spawn(worker(api.clone(), fixture.clone(), plan.clone(), deadline)))
+        .map(|_| tokio::spawn(worker(orders.clone(), fixture.clone(), plan.clone(), deadline)))
         .collect();
     let mut report = LoadReport::default();
     for w in workers {

@@ -10,7 +10,7 @@ use sagaworks_tools::cpu::{CpuTimes, CpuUsage};
 use sagaworks_tools::load;
 use sagaworks_tools::open_loop::{self, StepReport};
 use sagaworks_tools::pg::{self, Databases};
-use sagaworks_tools::{Api, Fixture, ToolError};
+use sagaworks_tools::{Api, Fixture, Orders, ToolError};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -19,6 +19,22 @@ use std::time::Duration;
 /// The gateway client of `seed` and `load`.
 fn api(gateway: &GatewayArgs) -> Result<Api, ToolError> {
     Api::new(&gateway.api, gateway.tokens()?, Duration::from_secs(30))
+}
+
+/// Where `load` sends its orders (`--target`): the gateway, or the Restate peer.
+fn orders(args: &LoadArgs) -> Result<Orders, ToolError> {
+    Orders::new(&args.target, api(&args.gateway)?, Duration::from_secs(30))
+}
+
+/// The commit counter's line: for the Restate peer only the participants' commits (Restate
+/// keeps its journal and the orders in its own store, not in PostgreSQL).
+fn commits_note(args: &LoadArgs) -> &'static str {
+    match args.target {
+        sagaworks_tools::Target::Gateway => "",
+        sagaworks_tools::Target::Restate { .. } => {
+            " [inventory and payment only: Restate's journal and state are not in PostgreSQL]"
+        }
+    }
 }
 
 /// Reads a file given by a flag.
@@ -65,14 +81,14 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     if args.rate.is_some() || args.sweep.is_some() {
         return run_open_load(args).await;
     }
-    let api = Arc::new(api(&args.gateway)?);
+    let orders = Arc::new(orders(&args)?);
     let fixture = Arc::new(Fixture::load(&args.fixture)?);
     let plan = args.plan();
 
     let admin = pg::connect(&args.pg_admin, "postgres").await?;
     let commits_before = pg::server_commits(&admin).await?;
     let cpu_before = CpuTimes::read();
-    let mut report = load::run(api, fixture, plan.clone()).await?;
+    let mut report = load::run(orders, fixture, plan.clone()).await?;
     let cpu = cpu_before.zip(CpuTimes::read()).map(|(before, after)| after.since(&before));
     let commits = commits_since(&admin, commits_before).await?;
     if let Some(path) = &args.accepted_out {
@@ -82,8 +98,10 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     let rate = report.sagas_per_sec();
     let ms = |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{:.1} ms", d.as_secs_f64() * 1e3));
     println!(
-        "load: {secs:.1} s, {} closed-loop workers, up to {} lines per order",
-        plan.concurrency, plan.lines
+        "load: {secs:.1} s, {} closed-loop workers, up to {} lines per order, target {}",
+        plan.concurrency,
+        plan.lines,
+        args.target.name()
     );
     println!(
         "  accepted {} (CONFIRMED {}, CANCELLED {}, still PENDING {}); rejected {:?}; transport failures {:?}",
@@ -97,7 +115,8 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     println!("  completed sagas/s: {rate:.1}");
     let lat = &mut report.completed_latency;
     println!(
-        "  saga latency (POST /v1/orders): p50 {}  p95 {}  p99 {}  max {}",
+        "  saga latency ({}): p50 {}  p95 {}  p99 {}  max {}",
+        args.target.name(),
         ms(lat.percentile(50.0)),
         ms(lat.percentile(95.0)),
         ms(lat.percentile(99.0)),
@@ -105,9 +124,10 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     );
     let completed = report.completed().max(1) as f64;
     println!(
-        "  postgres commits during the run: {commits} ({:.0}/s, {:.1} per completed saga)",
+        "  postgres commits during the run: {commits} ({:.0}/s, {:.1} per completed saga){}",
         commits as f64 / secs,
-        commits as f64 / completed
+        commits as f64 / completed,
+        commits_note(&args)
     );
     if let Some(cpu) = cpu {
         println!(
@@ -155,14 +175,14 @@ fn print_step(step: &StepReport, cpu: Option<CpuUsage>, missed: Option<&str>) {
 
 /// `load --rate` / `load --sweep`: open-loop steps, one line each, then the knee.
 async fn run_open_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
-    let api = Arc::new(api(&args.gateway)?);
+    let orders = Arc::new(orders(&args)?);
     let fixture = Arc::new(Fixture::load(&args.fixture)?);
     let plan = args.plan();
     load::check_plan(&fixture, &plan)?;
     let send = || {
         let (customer, items) = load::random_order(&mut rand::rng(), &fixture, &plan);
-        let api = Arc::clone(&api);
-        async move { load::place(&api, &customer, &items).await }
+        let orders = Arc::clone(&orders);
+        async move { load::place(&orders, &customer, &items).await }
     };
     let rates = match (args.rate, args.sweep) {
         (Some(rate), _) => vec![rate],
@@ -173,8 +193,12 @@ async fn run_open_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     let admin = pg::connect(&args.pg_admin, "postgres").await?;
     let commits_before = pg::server_commits(&admin).await?;
     println!(
-        "open-loop load: {} s per rate, up to {} in flight, kept up with: p99 <= {} ms and <= {} % errors",
-        args.duration_secs, args.max_in_flight, args.p99_bound_ms, args.max_error_percent
+        "open-loop load: {} s per rate, up to {} in flight, kept up with: p99 <= {} ms and <= {} % errors, target {}",
+        args.duration_secs,
+        args.max_in_flight,
+        args.p99_bound_ms,
+        args.max_error_percent,
+        args.target.name()
     );
     println!(
         "  {:>7} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7}",
@@ -194,8 +218,9 @@ async fn run_open_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
         "  (CPU ms: CPU of every process on the machine per completed saga; errors: orders that completed no saga)"
     );
     println!(
-        "  postgres commits during the run: {commits} ({:.1} per completed saga)",
-        commits as f64 / completed.max(1) as f64
+        "  postgres commits during the run: {commits} ({:.1} per completed saga){}",
+        commits as f64 / completed.max(1) as f64,
+        commits_note(&args)
     );
     match (knee, args.sweep) {
         (Some(knee), Some(_)) => println!(

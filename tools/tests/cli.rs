@@ -56,6 +56,7 @@ const LOAD_FLAGS: &[&str] = &[
     "--accepted-out",
     "--pg-admin",
     "--commit-ceiling",
+    "--target",
     "--token",
     "--jwt-secret",
 ];
