@@ -521,6 +521,67 @@ async fn a_full_batch_is_followed_by_the_next_at_once_whatever_the_interval() {
     running.stop().await;
 }
 
+/// A batch claims up to `batch_size` aggregate heads and reads each claimed
+/// aggregate's share of twice that many rows, from its head on: two heads
+/// get two rows each, a lone aggregate the whole batch. Every batch is one
+/// transaction, so its rows share one `published_at`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_claimed_aggregate_gets_its_share_of_the_batch_from_its_head_on() {
+    let env = env("relay_share").await;
+    for n in 1..=4 {
+        credit(&env.pool, "acc-a", n, true).await;
+        credit(&env.pool, "acc-b", n, true).await;
+    }
+    for n in 1..=16 {
+        credit(&env.pool, "acc-c", n, true).await;
+    }
+    // Pacing of an hour: only batches that may leave more waiting are followed at once.
+    let settings =
+        sagaworks_outbox::RelaySettings { batch_size: 2, min_batch_interval_ms: 3_600_000, ..no_polling() };
+    let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+    let running = Running::spawn(|t| relay.run(t));
+    eventually_empty_backlog(&env).await;
+    running.stop().await;
+    // Per batch (in order), how many rows of each aggregate it published.
+    let rows: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT published_at::text, aggregate_id, count(*) FROM outbox
+         GROUP BY published_at, aggregate_id ORDER BY published_at, aggregate_id",
+    )
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    let mut batches: Vec<Vec<(String, i64)>> = Vec::new();
+    let mut last = None;
+    for (at, aggregate, n) in rows {
+        if last.as_ref() != Some(&at) {
+            batches.push(Vec::new());
+            last = Some(at);
+        }
+        batches.last_mut().unwrap().push((aggregate, n));
+    }
+    let expected = |v: &[(&str, i64)]| v.iter().map(|(a, n)| (a.to_string(), *n)).collect::<Vec<_>>();
+    assert_eq!(
+        batches,
+        vec![
+            expected(&[("acc-a", 2), ("acc-b", 2)]),
+            expected(&[("acc-a", 2), ("acc-b", 2)]),
+            expected(&[("acc-c", 4)]),
+            expected(&[("acc-c", 4)]),
+            expected(&[("acc-c", 4)]),
+            expected(&[("acc-c", 4)]),
+        ],
+        "batches of 2 heads x 2 rows, then the lone aggregate 4 at a time"
+    );
+    // From its head on: within an aggregate, no event went out in an earlier batch than one before it.
+    let reordered = count(
+        &env.pool,
+        "SELECT count(*) FROM outbox a JOIN outbox b ON a.aggregate_id = b.aggregate_id
+         WHERE a.seq < b.seq AND a.published_at > b.published_at",
+    )
+    .await;
+    assert_eq!(reordered, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permanently_failing_event_blocks_only_its_own_aggregate() {
     let _ = sagaworks_runtime::metrics::handle();
