@@ -442,6 +442,48 @@ class ServicesFileTest(unittest.TestCase):
                     consistency.load_services(Path(f.name))
 
 
+class ServiceReplicasTest(unittest.TestCase):
+    """scripts/lib/services.sh's replica helpers, which scripts/dev-up uses for
+    SW_REPLICAS_<SERVICE> (scripts/load --replicas)."""
+
+    def sh(self, script: str, **env: str) -> subprocess.CompletedProcess:
+        lib = ROOT / "scripts" / "lib" / "services.sh"
+        return subprocess.run(["bash", "-c", f". {lib} && {script}"], capture_output=True, text=True,
+                              env={**os.environ, **env}, timeout=30)
+
+    def out(self, script: str, **env: str) -> str:
+        done = self.sh(script, **env)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return done.stdout.strip()
+
+    def test_callers_get_every_replicas_url_on_ports_a_hundred_apart(self) -> None:
+        grpc = SERVICES["order"].ports.grpc
+        self.assertEqual(self.out("sw_grpc_urls order", SW_REPLICAS_ORDER="3"),
+                         ",".join(f"http://127.0.0.1:{grpc + 100 * r}" for r in range(3)))
+        self.assertEqual(self.out("sw_grpc_urls order"), f"http://127.0.0.1:{grpc}", "one replica by default")
+        self.assertEqual(self.out("sw_replica order 1; sw_replica order 2"), "order\norder-2")
+        self.assertEqual(self.out("sw_replica_port order http 3"), str(SERVICES["order"].ports.http + 200))
+        self.assertEqual(self.out("sw_calls gateway").split(), ["order", "inventory", "payment"])
+        self.assertEqual(self.out("sw_calls inventory"), "")
+
+    def test_no_replica_port_is_another_services_port(self) -> None:
+        fixed = {s.ports.http for s in SERVICES.values()} | {s.ports.grpc for s in SERVICES.values() if s.ports.grpc}
+        import tomllib
+        fixed.add(tomllib.loads((ROOT / "services.toml").read_text())["broker"]["port"])
+        for name, spec in SERVICES.items():
+            for port in (spec.ports.http, spec.ports.grpc):
+                if port:
+                    extra = {port + 100 * r for r in range(1, 9)}
+                    self.assertFalse(extra & fixed, f"{name}: a replica port collides: {sorted(extra & fixed)}")
+
+    def test_a_replica_count_out_of_range_is_an_error(self) -> None:
+        for bad in ("0", "10", "x", "-1"):
+            with self.subTest(bad):
+                done = self.sh("sw_replicas order", SW_REPLICAS_ORDER=bad)
+                self.assertNotEqual(done.returncode, 0)
+                self.assertIn("replicas must be 1 to 9", done.stderr)
+
+
 class _StatusHandler(http.server.BaseHTTPRequestHandler):
     routes = {"/health/ready": 200, "/health/live": 204, "/not-ready": 503}
 

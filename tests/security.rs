@@ -800,7 +800,7 @@ async fn dev_up_service_roles_are_unprivileged_and_reach_only_their_own_database
         "dev-up's role and database names (services.toml)"
     );
     assert!(
-        script.contains(r#"APP_DATABASE__URL="postgres://$(sw_db_role "$svc")@"#),
+        script.contains(r#""APP_DATABASE__URL=postgres://$(sw_db_role "$svc")@"#),
         "dev-up starts each service as its role"
     );
 
