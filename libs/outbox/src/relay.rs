@@ -421,11 +421,7 @@ impl Relay {
         if !shutdown.is_cancelled() {
             m_error(service, acked.iter().filter(|ok| !**ok).count() as u64);
         }
-        Ok(BatchOutcome {
-            full: heads == limit || more_waiting,
-            published: done.len(),
-            failed,
-        })
+        Ok(BatchOutcome { full: heads == limit || more_waiting, published: done.len(), failed })
     }
 
     async fn ensure_topics(&mut self, rows: &[Row]) -> Result<(), OutboxError> {
