@@ -209,7 +209,7 @@ fn cpu_per_event(since: Duration, events: usize) -> String {
 /// how far the writers fell behind their schedule at the worst.
 async fn lag_phase(pool: &PgPool, kafka: &KafkaSettings, rate: u64, secs: u64) -> (Vec<Duration>, Duration) {
     const PER_TX: usize = 10;
-    let topic = format!("{}.benchlag", kafka.topic_prefix);
+    let topic = sagaworks_outbox::kafka::topic_name(kafka, "benchlag");
     let lag_event = |i: usize| {
         NewEvent::new("benchlag", format!("lag-{}", i % 1000), "LagEvent", serde_json::json!({ "i": i }))
             .expect("serializable")
@@ -245,7 +245,7 @@ async fn lag_phase(pool: &PgPool, kafka: &KafkaSettings, rate: u64, secs: u64) -
                 let Ok(msg) = msg else { continue };
                 let at = Instant::now();
                 let id = msg.headers().and_then(|h| {
-                    h.iter().find(|h| h.key == "ce_id").and_then(|h| {
+                    h.iter().find(|h| h.key == sagaworks_outbox::kafka::headers::CE_ID).and_then(|h| {
                         std::str::from_utf8(h.value?).ok().and_then(|v| Uuid::parse_str(v).ok())
                     })
                 });
