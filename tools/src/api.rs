@@ -104,15 +104,20 @@ impl Api {
         items: &[(String, i64)],
         idempotency_key: &str,
     ) -> Result<PlaceOutcome, ToolError> {
-        let items: Vec<_> = items.iter().map(|(p, q)| json!({ "product_id": p, "quantity": q })).collect();
         let res = self
             .post("/v1/orders", self.tokens.customer(customer_id)?)
             .header("idempotency-key", idempotency_key)
-            .json(&json!({ "customer_id": customer_id, "items": items }))
+            .json(&order_body(customer_id, items))
             .send()
             .await?;
         let status = res.status().as_u16();
         let body = res.bytes().await?;
         crate::target::gateway_outcome(status, &body)
     }
+}
+
+/// The body of `POST /v1/orders` (the Restate peer takes the same one).
+pub fn order_body(customer_id: &str, items: &[(String, i64)]) -> serde_json::Value {
+    let items: Vec<_> = items.iter().map(|(p, q)| json!({ "product_id": p, "quantity": q })).collect();
+    json!({ "customer_id": customer_id, "items": items })
 }

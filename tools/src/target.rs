@@ -15,7 +15,6 @@
 
 use crate::{Api, PlaceOutcome, ToolError};
 use serde::Deserialize;
-use serde_json::json;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -159,12 +158,11 @@ impl RestatePeer {
         items: &[(String, i64)],
         idempotency_key: &str,
     ) -> Result<PlaceOutcome, ToolError> {
-        let items: Vec<_> = items.iter().map(|(p, q)| json!({ "product_id": p, "quantity": q })).collect();
         let res = self
             .http
             .post(self.url_for(uuid::Uuid::now_v7()))
             .header("idempotency-key", idempotency_key)
-            .json(&json!({ "customer_id": customer_id, "items": items }))
+            .json(&crate::api::order_body(customer_id, items))
             .send()
             .await?;
         let status = res.status().as_u16();
