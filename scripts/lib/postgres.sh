@@ -99,12 +99,13 @@ or PGPASSWORD / ~/.pgpass), or point SW_PG_HOST and SW_TEST_PG_URL at another se
 machine: nothing is installed for it)" ;;
     esac
 
+    local fresh=0
     if ! command -v pg_lsclusters >/dev/null || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+        fresh=1
         command -v apt-get >/dev/null || sw_pg_die "no PostgreSQL server here and no apt-get to install one"
         sw_pg_say "apt-get install postgresql (Debian's server)"
         sw_pg_as_root apt-get update -qq
-        # The package's own start (policy-rc.d permitting) does not matter: the cluster is
-        # configured and (re)started below.
+        # The package creates a cluster and may start it: it is configured and restarted below.
         sw_pg_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql postgresql-contrib >/dev/null \
             || sw_pg_die "apt-get install postgresql failed (are Debian's packages reachable?)"
     fi
@@ -116,20 +117,23 @@ machine: nothing is installed for it)" ;;
         name=main
         pg_lsclusters -h 2>/dev/null | awk -v v="$version" '$1 == v && $2 == "main" { found = 1 } END { exit !found }' \
             && name=sagaworks
+        fresh=1
         sw_pg_say "pg_createcluster $version $name --port $SW_PG_PORT"
         sw_pg_as_root pg_createcluster "$version" "$name" --port "$SW_PG_PORT" >/dev/null \
             || sw_pg_die "pg_createcluster $version $name failed"
         cluster="$(sw_pg_cluster)"
     fi
     read -r version name status <<<"$cluster"
-    if [ "$status" = online ]; then
+    if [ "$status" = online ] && [ "$fresh" = 0 ]; then
         sw_pg_die "cluster $version/$name runs but does not answer at $host:$SW_PG_PORT; it is left as it is \
 (see /var/log/postgresql/postgresql-$version-$name.log)"
     fi
     sw_pg_configure "$version" "$name"
     sw_pg_say "starting PostgreSQL $version/$name on 127.0.0.1:$SW_PG_PORT"
-    sw_pg_as_root pg_ctlcluster "$version" "$name" start \
-        || sw_pg_die "pg_ctlcluster $version $name start failed (see /var/log/postgresql/postgresql-$version-$name.log)"
+    local action=start
+    [ "$status" = online ] && action=restart # one this script has just installed or created
+    sw_pg_as_root pg_ctlcluster "$version" "$name" "$action" \
+        || sw_pg_die "pg_ctlcluster $version $name $action failed (see /var/log/postgresql/postgresql-$version-$name.log)"
     local i
     for i in $(seq 1 100); do
         pg_isready -q -h "$host" -p "$SW_PG_PORT" && break
