@@ -24,6 +24,9 @@
 #     full_page_writes and autovacuum on), so the commit ceiling that scripts/load prints
 #     is the one a real deployment has.
 
+# shellcheck source=scripts/lib/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+
 SW_PG_PORT=5432
 SW_PG_CONF_MARK="# sagaworks: scripts/install-deps"
 
@@ -33,13 +36,6 @@ sw_pg_die() { printf 'install-deps: %s\n' "$*" >&2; exit 1; }
 # Whether postgres can log in at host $1.
 sw_pg_login() { psql -h "$1" -p "$SW_PG_PORT" -U postgres -d postgres -Atqc 'SELECT 1' >/dev/null 2>&1; }
 
-sw_pg_as_root() {
-    if [ "$(id -u)" = 0 ]; then "$@"
-    elif command -v sudo >/dev/null; then sudo "$@"
-    else sw_pg_die "need root (or sudo) to $*"
-    fi
-}
-
 # "<version> <cluster> <status>" of the cluster on our port, if there is one.
 sw_pg_cluster() {
     pg_lsclusters -h 2>/dev/null | awk -v p="$SW_PG_PORT" '$3 == p { print $1, $2, $4; exit }'
@@ -48,8 +44,8 @@ sw_pg_cluster() {
 sw_pg_configure() { # version cluster
     local dir="/etc/postgresql/$1/$2"
     [ -f "$dir/pg_hba.conf" ] || sw_pg_die "no $dir/pg_hba.conf: is cluster $1/$2 a Debian cluster?"
-    sw_pg_as_root mkdir -p "$dir/conf.d"
-    sw_pg_as_root tee "$dir/conf.d/sagaworks.conf" >/dev/null <<CONF
+    sw_as_root mkdir -p "$dir/conf.d"
+    sw_as_root tee "$dir/conf.d/sagaworks.conf" >/dev/null <<CONF
 $SW_PG_CONF_MARK (docs/testing.md, "The PostgreSQL server").
 # A development and test server. Delete this file to return to Debian's defaults.
 listen_addresses = 'localhost'
@@ -68,12 +64,12 @@ CONF
         echo "host    all   all   ::1/128       trust"
         echo "$SW_PG_CONF_MARK: end"
         # shellcheck disable=SC2016 # an awk program: its $0 is awk's
-        sw_pg_as_root awk -v m="$SW_PG_CONF_MARK" \
+        sw_as_root awk -v m="$SW_PG_CONF_MARK" \
             'index($0, m ": begin") == 1 { skip = 1; next }
              index($0, m ": end") == 1 { skip = 0; next }
              !skip' "$dir/pg_hba.conf"
     } >"$tmp"
-    sw_pg_as_root cp "$tmp" "$dir/pg_hba.conf"
+    sw_as_root cp "$tmp" "$dir/pg_hba.conf"
     rm -f "$tmp"
 }
 
@@ -81,9 +77,7 @@ sw_pg_ensure() {
     local host="${SW_PG_HOST:-127.0.0.1}"
     if ! command -v pg_isready >/dev/null || ! command -v psql >/dev/null; then
         sw_pg_say "apt-get install postgresql-client"
-        sw_pg_as_root apt-get update -qq
-        sw_pg_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-client >/dev/null \
-            || sw_pg_die "apt-get install postgresql-client failed (are Debian's packages reachable?)"
+        sw_apt_install postgresql-client || sw_pg_die "apt-get install postgresql-client failed (are Debian's packages reachable?)"
     fi
 
     if pg_isready -q -h "$host" -p "$SW_PG_PORT"; then
@@ -102,12 +96,9 @@ machine: nothing is installed for it)" ;;
     local fresh=0
     if ! command -v pg_lsclusters >/dev/null || ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
         fresh=1
-        command -v apt-get >/dev/null || sw_pg_die "no PostgreSQL server here and no apt-get to install one"
         sw_pg_say "apt-get install postgresql (Debian's server)"
-        sw_pg_as_root apt-get update -qq
         # The package creates a cluster and may start it: it is configured and restarted below.
-        sw_pg_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql postgresql-contrib >/dev/null \
-            || sw_pg_die "apt-get install postgresql failed (are Debian's packages reachable?)"
+        sw_apt_install postgresql postgresql-contrib || sw_pg_die "apt-get install postgresql failed (are Debian's packages reachable?)"
     fi
 
     local cluster version name status
@@ -119,7 +110,7 @@ machine: nothing is installed for it)" ;;
             && name=sagaworks
         fresh=1
         sw_pg_say "pg_createcluster $version $name --port $SW_PG_PORT"
-        sw_pg_as_root pg_createcluster "$version" "$name" --port "$SW_PG_PORT" >/dev/null \
+        sw_as_root pg_createcluster "$version" "$name" --port "$SW_PG_PORT" >/dev/null \
             || sw_pg_die "pg_createcluster $version $name failed"
         cluster="$(sw_pg_cluster)"
     fi
@@ -132,7 +123,7 @@ machine: nothing is installed for it)" ;;
     sw_pg_say "starting PostgreSQL $version/$name on 127.0.0.1:$SW_PG_PORT"
     local action=start
     [ "$status" = online ] && action=restart # one this script has just installed or created
-    sw_pg_as_root pg_ctlcluster "$version" "$name" "$action" \
+    sw_as_root pg_ctlcluster "$version" "$name" "$action" \
         || sw_pg_die "pg_ctlcluster $version $name $action failed (see /var/log/postgresql/postgresql-$version-$name.log)"
     local i
     for i in $(seq 1 100); do
