@@ -1,6 +1,7 @@
 //! The REST surface: validation, problem+json, OpenAPI, health.
 
 use reqwest::StatusCode;
+use sagaworks_test_support::Broker;
 use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;
 use system_tests::Stack;
@@ -321,7 +322,7 @@ async fn an_origin_that_is_no_header_value_stops_the_gateway_at_start() {
 
 #[tokio::test]
 async fn without_the_broker_every_service_stays_ready_reports_degraded_and_still_takes_orders() {
-    let mut stack = Stack::start().await;
+    let mut stack = Stack::start_on(Broker::private().await, |_| {}).await;
     let product = stack.product(100, 10).await;
     let customer = stack.customer(1_000).await;
     let ready = |port: u16| {

@@ -175,6 +175,12 @@ impl Stack {
 
     /// Starts everything, letting `tweak` adjust the order service's settings.
     pub async fn start_with(tweak: impl FnOnce(&mut order::config::Settings)) -> Self {
+        Self::start_on(Broker::start().await, tweak).await
+    }
+
+    /// Starts everything on `broker` (e.g. [`Broker::private`], for a test that
+    /// stops it), letting `tweak` adjust the order service's settings.
+    pub async fn start_on(broker: Broker, tweak: impl FnOnce(&mut order::config::Settings)) -> Self {
         sagaworks_test_support::init_logs();
         sagaworks_test_support::watch_runtime();
         let (order_db, inventory_db, payment_db) = tokio::join!(
@@ -182,7 +188,6 @@ impl Stack {
             TestDatabase::create("inventory"),
             TestDatabase::create("payment")
         );
-        let broker = Broker::start().await;
         let kafka = broker.kafka_settings();
         let inventory = start_inventory(&inventory_db, &kafka, 0).await;
         let payment = start_payment(&payment_db, &kafka, 0).await;

@@ -272,14 +272,13 @@ impl ProcessStack {
     }
 
     /// SIGTERM to every service, gateway first, each waited for (so every
-    /// span a service recorded has been exported when this returns); the
-    /// broker stops after them (a consumer whose broker is gone hangs in
-    /// librdkafka's close).
+    /// span a service recorded has been exported when this returns). A
+    /// broker of the stack's own stops when it is dropped, after them (a
+    /// consumer whose broker is gone hangs in librdkafka's close).
     pub async fn stop(mut self) {
         for service in [&mut self.gateway, &mut self.order, &mut self.payment, &mut self.inventory] {
             service.terminate().await;
         }
-        self.broker.stop();
     }
 
     /// Polls `GET path` until `done` holds for the JSON body; returns it.

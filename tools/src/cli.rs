@@ -7,7 +7,6 @@ use crate::fixture::SeedPlan;
 use crate::load::LoadPlan;
 use crate::open_loop::{Bound, OpenPlan};
 use crate::{Target, Tokens, ToolError};
-use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -327,21 +326,6 @@ pub struct CheckArgs {
     #[arg(long, value_name = "P", default_value = "sagaworks", help_heading = "Kafka")]
     pub topic_prefix: String,
 
-    /// Only events published since this time (RFC 3339) must be on Kafka: the broker lost its log then.
-    #[arg(long, value_name = "RFC3339", requires = "brokers", help_heading = "Kafka")]
-    pub kafka_since: Option<DateTime<Utc>>,
-
-    /// With --kafka-since: the least share (0 to 1) of all events that must have been published since then.
-    #[arg(
-        long,
-        value_name = "F",
-        default_value_t = 0.0,
-        value_parser = parse_share,
-        requires = "kafka_since",
-        help_heading = "Kafka"
-    )]
-    pub min_kafka_share: f64,
-
     /// Give up reading the topics after this many seconds.
     #[arg(long, value_name = "S", default_value_t = 60, help_heading = "Kafka")]
     pub kafka_timeout_secs: u64,
@@ -390,14 +374,6 @@ fn parse_positive(s: &str) -> Result<f64, String> {
 }
 
 /// A share: a number from 0 to 1.
-fn parse_share(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
-        Ok(_) => Err("must be from 0 to 1".into()),
-        Err(_) => Err(format!("{s:?} is not a number")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,8 +418,8 @@ mod tests {
             panic!("not check")
         };
         assert_eq!((check.db_prefix.as_str(), check.topic_prefix.as_str()), ("sagaworks", "sagaworks"));
-        assert_eq!((check.settle_secs, check.kafka_timeout_secs, check.min_kafka_share), (60, 60, 0.0));
-        assert_eq!((check.brokers, check.kafka_since, check.kills, check.accepted), (None, None, None, None));
+        assert_eq!((check.settle_secs, check.kafka_timeout_secs), (60, 60));
+        assert_eq!((check.brokers, check.kills, check.accepted), (None, None, None));
         assert_eq!(check.pg_admin, DEFAULT_PG);
         assert_eq!(
             [
@@ -475,10 +451,6 @@ mod tests {
             "127.0.0.1:9092",
             "--topic-prefix",
             "sagaworks",
-            "--kafka-since",
-            "2026-01-02T03:04:05Z",
-            "--min-kafka-share",
-            "0.5",
             "--kills",
             "k",
             "--min-accepted",
@@ -495,8 +467,8 @@ mod tests {
         .unwrap() else {
             panic!("not check")
         };
-        assert_eq!(check.kafka_since, Some("2026-01-02T03:04:05Z".parse().unwrap()));
-        assert_eq!((check.min_kafka_share, check.min_kills_under_load, check.settle_secs), (0.5, 3, 120));
+        assert_eq!(check.brokers.as_deref(), Some("127.0.0.1:9092"));
+        assert_eq!((check.min_kills_under_load, check.settle_secs), (3, 120));
     }
 
     #[test]
@@ -551,8 +523,6 @@ mod tests {
             parse(&["load", "--fixture", "f", "--sweep", "1:2:1", "--max-error-percent", "101"]).is_err()
         );
         assert!(parse(&["seed", "--out", "f", "--api", "127.0.0.1:8080"]).is_err());
-        assert!(parse(&["check", "--fixture", "f", "--min-kafka-share", "1.5"]).is_err());
-        assert!(parse(&["check", "--fixture", "f", "--kafka-since", "2026-01-02T03:04:05Z"]).is_err());
         assert!(parse(&["check", "--fixture", "f", "--api", "http://x"]).is_err());
     }
 }

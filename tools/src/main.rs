@@ -3,7 +3,6 @@
 use clap::Parser;
 use sagaworks_config::KafkaSettings;
 use sagaworks_tools::check::coverage::{Kill, Minimums};
-use sagaworks_tools::check::events::Required;
 use sagaworks_tools::check::{self, Verdict};
 use sagaworks_tools::cli::{CheckArgs, Cli, Command, GatewayArgs, LoadArgs, SeedArgs};
 use sagaworks_tools::cpu::{CpuTimes, CpuUsage};
@@ -245,10 +244,6 @@ async fn run_check(args: CheckArgs) -> Result<ExitCode, ToolError> {
         }
     };
     let settle = Duration::from_secs(args.settle_secs);
-    let required = match args.kafka_since {
-        None => Required::All,
-        Some(since) => Required::Since { since, min_share: args.min_kafka_share },
-    };
     let kafka_timeout = Duration::from_secs(args.kafka_timeout_secs);
     let kills = match &args.kills {
         None => Vec::new(),
@@ -277,7 +272,7 @@ async fn run_check(args: CheckArgs) -> Result<ExitCode, ToolError> {
         let kafka =
             KafkaSettings { brokers, topic_prefix: args.topic_prefix, properties: Default::default() };
         report(check::events::drained(&dbs, settle).await?);
-        report(check::events::exactly_once(&dbs, &kafka, required, kafka_timeout).await?);
+        report(check::events::exactly_once(&dbs, &kafka, &kills, kafka_timeout).await?);
     }
     if !kills.is_empty() || minimums != Minimums::default() {
         report(check::coverage::minimums(&dbs.order, &accepted, &kills, &minimums).await?);

@@ -68,8 +68,6 @@ const CHECK_FLAGS: &[&str] = &[
     "--settle-secs",
     "--brokers",
     "--topic-prefix",
-    "--kafka-since",
-    "--min-kafka-share",
     "--kafka-timeout-secs",
     "--kills",
     "--min-accepted",
@@ -149,19 +147,6 @@ fn a_bad_value_exits_2_naming_the_flag() {
     usage_error(&["seed", "--out", "f.json", "--stock", "-1"], "--stock");
     usage_error(&["seed", "--out", "f.json", "--api", "127.0.0.1:8080"], "--api");
     usage_error(&["check", "--fixture", "f.json", "--min-accepted", "-1"], "--min-accepted");
-    usage_error(
-        &["check", "--fixture", "f.json", "--brokers", "b:9092", "--kafka-since", "yesterday"],
-        "--kafka-since",
-    );
-    usage_error(
-        &["check", "--fixture", "f.json", "--brokers", "b:9092", "--min-kafka-share", "2"],
-        "--min-kafka-share",
-    );
-}
-
-#[test]
-fn kafka_flags_that_need_another_exit_2_naming_it() {
-    usage_error(&["check", "--fixture", "f.json", "--kafka-since", "2026-01-02T03:04:05Z"], "--brokers");
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //!     [--brokers host:port] [--database-url postgres://...]
 //! ```
 //!
-//! Without `--brokers` / `--database-url` it starts its own Tansu and a fresh
+//! Without `--brokers` / `--database-url` it starts its own Kafka broker and a fresh
 //! database (test-support). Phases:
 //!
 //! 1. **write**: `--events` events over `--aggregates` aggregates, `--tx-size`

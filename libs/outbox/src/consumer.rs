@@ -86,7 +86,8 @@ use uuid::Uuid;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ConsumerSettings {
-    /// Kafka group id, also the inbox's `consumer_group`.
+    /// The group: the inbox's `consumer_group`; on Kafka, `<topic prefix>.<group>`
+    /// ([`kafka::group_name`]).
     pub group_id: String,
     /// Aggregate types to read; each becomes `<topic_prefix>.<type>`.
     pub topics: Vec<String>,
@@ -408,14 +409,14 @@ impl<H: Handler> Consumer<H> {
             &[
                 ("auto.offset.reset", &settings.auto_offset_reset),
                 ("session.timeout.ms", &session),
-                // Caps the wait of an empty fetch: a broker that does not answer
-                // a fetch as soon as data arrives (Tansu) then adds at most this.
+                // Caps the wait of an empty fetch (Kafka answers one as soon as
+                // data arrives; a broker that does not then adds at most this).
                 ("fetch.wait.max.ms", "100"),
             ],
         );
         // What the processing guarantees rely on: not overridable.
         config
-            .set("group.id", &settings.group_id)
+            .set("group.id", kafka::group_name(kafka, &settings.group_id))
             .set("max.poll.interval.ms", &poll)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false");

@@ -2,7 +2,8 @@
 //! broker health check.
 //!
 //! * Topic names: [`topic_name`] (`<prefix>.<aggregate_type>`) and
-//!   [`dlq_topic`] (`<topic>.dlq`).
+//!   [`dlq_topic`] (`<topic>.dlq`); consumer groups: [`group_name`]
+//!   (`<prefix>.<group>`).
 //! * Header names of the CloudEvents binary-mode envelope and the dead-letter
 //!   extras: [`headers`].
 //! * [`client_config`] — `bootstrap.servers` plus the extra librdkafka
@@ -73,6 +74,14 @@ pub fn topic_name(kafka: &KafkaSettings, aggregate_type: &str) -> String {
     format!("{}.{}", kafka.topic_prefix, aggregate_type)
 }
 
+/// The Kafka consumer group of the logical group `group`: `<prefix>.<group>`,
+/// e.g. `sagaworks.inventory`. Like the topics, the groups of environments
+/// that share a cluster (or of tests that share a broker) are then apart.
+/// The inbox, the metrics and the dead-letter headers keep the logical name.
+pub fn group_name(kafka: &KafkaSettings, group: &str) -> String {
+    format!("{}.{}", kafka.topic_prefix, group)
+}
+
 /// The dead-letter topic of `topic`.
 pub fn dlq_topic(topic: &str) -> String {
     format!("{topic}.dlq")
@@ -126,7 +135,7 @@ pub async fn ensure_topics(
 ///
 /// Dropping an rdkafka client runs `rd_kafka_destroy`, which blocks until the
 /// client's internal threads have stopped: up to the producer's flush, a
-/// consumer's leaving its group (about 3 s against Tansu), and after a broker
+/// consumer's leaving its group (seconds), and after a broker
 /// restart sometimes for ever (librdkafka issues #4131, #4674). On a runtime
 /// worker thread that stalls every task scheduled there — with two workers,
 /// two such drops silence the whole process (seen in `scripts/chaos` after a

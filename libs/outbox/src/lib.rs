@@ -70,7 +70,7 @@
 //!
 //! `cargo run --release -p sagaworks-outbox --example relay_bench -- --events 100000`
 //! (see `examples/relay_bench.rs`) writes, relays and consumes 100 000 events
-//! over 1 000 aggregates against a Tansu broker and local PostgreSQL, and
+//! over 1 000 aggregates against Apache Kafka and local PostgreSQL, and
 //! checks every event was handled once in aggregate order. Its figures are in
 //! `docs/performance.md`. The consumer commits a database transaction per
 //! event (or per batch, `ConsumerSettings::batch_size`): raise

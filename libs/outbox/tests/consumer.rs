@@ -1,5 +1,5 @@
 //! The consumer (inbox dedupe, retries, DLQ) end to end: writer -> relay ->
-//! Tansu -> consumer -> handler, against real PostgreSQL.
+//! Kafka -> consumer -> handler, against real PostgreSQL.
 
 mod common;
 

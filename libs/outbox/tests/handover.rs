@@ -1,5 +1,5 @@
-//! Work changing hands while it is in flight, against real PostgreSQL and a
-//! real Kafka-protocol broker (Tansu): a relay that stops with a batch out,
+//! Work changing hands while it is in flight, against real PostgreSQL and
+//! Apache Kafka: a relay that stops with a batch out,
 //! a consumer group that rebalances mid-stream, and the outbox purge running
 //! under a publishing relay.
 
@@ -32,7 +32,7 @@ async fn a_stopping_relay_releases_its_claims_to_another_relay_at_once() {
     const AGGREGATES: i64 = 4;
     const EVENTS: i64 = 5;
     let env = env("handover_relay").await;
-    let mut gone = Broker::start().await;
+    let mut gone = Broker::private().await;
     let first_kafka = KafkaSettings { brokers: gone.address(), ..env.kafka.clone() };
     let first_settings = RelaySettings { message_timeout_ms: 600_000, ..relay_settings() };
     let first = Relay::new(env.pool.clone(), &first_kafka, first_settings).unwrap();

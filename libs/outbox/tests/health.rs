@@ -7,7 +7,7 @@ use std::time::Duration;
 
 #[tokio::test]
 async fn broker_check_passes_while_the_broker_runs_and_fails_when_it_is_down() {
-    let mut broker = Broker::start().await;
+    let mut broker = Broker::private().await;
     let ready = Readiness::new().with_check(BrokerCheck::new(&broker.kafka_settings()).unwrap());
     let e = ready.evaluate().await;
     assert!(e.ready, "{e:?}");

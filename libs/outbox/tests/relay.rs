@@ -1,4 +1,4 @@
-//! The relay against real PostgreSQL and a real Kafka-protocol broker (Tansu).
+//! The relay against real PostgreSQL and Apache Kafka.
 
 mod common;
 
@@ -10,6 +10,7 @@ use sagaworks_outbox::{
     MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxError, OutboxWriter, PendingEvent, PendingEvents,
     Relay,
 };
+use sagaworks_test_support::Broker;
 use sqlx::AssertSqlSafe;
 use std::time::Duration;
 
@@ -103,7 +104,7 @@ async fn each_acked_event_records_its_age_in_the_publish_latency_histogram() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_written_while_the_broker_is_down_arrive_in_order_once_it_is_back() {
     let _ = sagaworks_runtime::metrics::handle();
-    let mut env = env("relay_outage").await;
+    let mut env = env_on("relay_outage", Broker::private().await).await;
     let settings = sagaworks_outbox::RelaySettings { service: "relay-outage".into(), ..relay_settings() };
     let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
     let running = Running::spawn(|t| relay.run(t));

@@ -3,8 +3,9 @@
 //! * [`TestDatabase`] — a fresh, uniquely named PostgreSQL database on the
 //!   local server (`SW_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432/postgres`),
 //!   dropped again when the value is dropped. Tests never share a database.
-//! * [`Broker`] — a real Kafka-protocol broker (Tansu) on a free port, started
-//!   per test; can be stopped and restarted on the same port to test outages.
+//! * [`Broker`] — Apache Kafka: the test run's shared broker, or a broker or
+//!   three-node cluster of the test's own, whose nodes it may kill, stop and
+//!   restart on their ports and logs (see the module).
 //! * [`Running`] — a service under test on a Tokio runtime of its own, killed
 //!   like a process (`kill -9`) or stopped gracefully; services plug in through [`App`].
 //! * [`free_port`], [`init_logs`], [`eventually`], [`watch_runtime`].

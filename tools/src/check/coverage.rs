@@ -25,12 +25,16 @@ use uuid::Uuid;
 /// How recent an accepted order must be for a kill to count as under load.
 pub const LOAD_WINDOW: chrono::TimeDelta = chrono::TimeDelta::seconds(3);
 
-/// One process death the chaos run caused.
+/// [`Kill::how`] of a process that exited on its own during the run.
+pub const CRASH: &str = "crash";
+
+/// One process death during the chaos run: a fault it injected, or a crash.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Kill {
     /// The process: `order`, `inventory`, `payment`, `gateway`, `broker`.
     pub target: String,
-    /// How it died: `kill-9`, or the crash point that aborted it.
+    /// How it died: `kill-9`, the crash point that aborted it, or [`CRASH`]
+    /// (it exited on its own: no fault of the run's, so not counted as one).
     pub how: String,
     /// When it was dead (gone after the kill, or its death was seen).
     pub killed_at: DateTime<Utc>,
@@ -124,7 +128,8 @@ pub async fn minimums(
     let mut resumed: HashSet<Uuid> = HashSet::new();
     let mut idle = Vec::new();
     let mut under_load = 0;
-    for kill in kills {
+    let kills: Vec<&Kill> = kills.iter().filter(|k| k.how != CRASH).collect();
+    for kill in &kills {
         let accepting =
             orders.iter().any(|(_, at)| *at <= kill.killed_at && *at > kill.killed_at - LOAD_WINDOW);
         if kill.load_running && accepting {

@@ -1,10 +1,12 @@
-//! Every committed event reached Kafka, exactly once after dedup by `ce_id`.
+//! Every committed event reached Kafka, in its aggregate's order, exactly
+//! once after dedup by `ce_id`, and every copy has a cause.
 //!
 //! The outbox rows of every service database are compared with the events
 //! on `<prefix>.{order,reservation,payment,product,account}`, read from the
 //! start of each partition up to its high watermark by a checker consumer
 //! (plain partition assignment, no group: nothing is committed).
 
+use super::coverage::Kill;
 use super::{Verdict, first, settled};
 use crate::ToolError;
 use crate::pg::Databases;
@@ -15,7 +17,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use sagaworks_config::KafkaSettings;
 use sagaworks_outbox::kafka::{client_config, headers, topic_name};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
@@ -41,8 +43,21 @@ pub async fn drained(dbs: &Databases, settle: Duration) -> Result<Verdict, ToolE
     .await
 }
 
-/// Event ids on the topics, with how many times each was seen.
-pub fn read_topics(kafka: &KafkaSettings, timeout: Duration) -> Result<HashMap<Uuid, u32>, ToolError> {
+/// One message read back from a topic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivered {
+    /// Its `ce_id` (the nil id when it has none: a foreign message).
+    pub id: Uuid,
+    pub key: Option<String>,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    /// The producer's create time.
+    pub timestamp: Option<DateTime<Utc>>,
+}
+
+/// Every message on the topics, in offset order per partition.
+pub fn read_topics(kafka: &KafkaSettings, timeout: Duration) -> Result<Vec<Delivered>, ToolError> {
     let group = format!("sagaworks-checker-{}", Uuid::new_v4().simple());
     let consumer: BaseConsumer =
         client_config(kafka, &[("group.id", &group), ("enable.auto.commit", "false")]).create()?;
@@ -54,9 +69,9 @@ pub fn read_topics(kafka: &KafkaSettings, timeout: Duration) -> Result<HashMap<U
         let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5))?;
         for t in metadata.topics().iter().filter(|t| t.error().is_none()) {
             for p in t.partitions() {
-                // Every partition from its start: a reported watermark can lag
-                // the log (seen with Tansu for batched sends), so it is only a
-                // lower bound of how far to read.
+                // Every partition from its start: the watermark is only a lower
+                // bound of how far to read (a broker may report one that lags
+                // its log), and reading goes on until the log stays quiet.
                 assignment.add_partition_offset(&topic, p.id(), Offset::Beginning)?;
                 let (low, high) = consumer.fetch_watermarks(&topic, p.id(), Duration::from_secs(5))?;
                 if high > low {
@@ -65,7 +80,7 @@ pub fn read_topics(kafka: &KafkaSettings, timeout: Duration) -> Result<HashMap<U
             }
         }
     }
-    let mut seen: HashMap<Uuid, u32> = HashMap::new();
+    let mut seen = Vec::new();
     if assignment.count() == 0 {
         return Ok(seen);
     }
@@ -87,7 +102,14 @@ pub fn read_topics(kafka: &KafkaSettings, timeout: Duration) -> Result<HashMap<U
             .and_then(|v| Uuid::parse_str(v).ok())
             // An event without a ce_id is foreign: count it under the nil id so it shows up as unknown.
             .unwrap_or(Uuid::nil());
-        *seen.entry(id).or_default() += 1;
+        seen.push(Delivered {
+            id,
+            key: message.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+            topic: message.topic().to_string(),
+            partition: message.partition(),
+            offset: message.offset(),
+            timestamp: message.timestamp().to_millis().and_then(DateTime::from_timestamp_millis),
+        });
         let key = (message.topic().to_string(), message.partition());
         if ends.get(&key).is_some_and(|&high| message.offset() + 1 >= high) {
             ends.remove(&key);
@@ -116,90 +138,152 @@ pub const ONCE_PER_AGGREGATE: [&str; 10] = [
     "AccountOpened",
 ];
 
-/// Which events must be on Kafka: every one (a broker that keeps its log), or
-/// only those published since the broker last lost its log, which must then
-/// be at least `min_share` of all.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Required {
-    All,
-    Since { since: DateTime<Utc>, min_share: f64 },
+/// An outbox row: who wrote it, and where it stands in its aggregate's order.
+struct Row {
+    service: &'static str,
+    seq: i64,
 }
 
-/// Every required outbox row is on Kafka (a redelivered copy, the same
-/// `ce_id` again, is allowed: consumers dedup by it), no event on Kafka is
-/// unknown to the outboxes, and no business fact was emitted twice
-/// ([`ONCE_PER_AGGREGATE`]; an order emits OrderConfirmed or OrderCancelled,
-/// not both, and a finished order the one that matches its status).
+/// How early before a copy's first send a death of its publisher may be
+/// recorded and still explain the copy (the death is stamped after the
+/// process is gone, the send before it; this only absorbs clock rounding).
+const DEATH_SLACK: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
+
+/// Every outbox row is on Kafka, and no event on Kafka is unknown to the
+/// outboxes; per aggregate (Kafka key), every event is on one partition and
+/// their first copies are in the outbox's order; no business fact was emitted
+/// twice ([`ONCE_PER_AGGREGATE`]; an order emits OrderConfirmed or
+/// OrderCancelled, not both, and a finished order the one that matches its
+/// status).
+///
+/// A copy (the same `ce_id` again) is allowed, as consumers dedup by it, but
+/// only with a cause: a death of the service that published it (`deaths`:
+/// the chaos run's kills, crash points and crashes) between the send before
+/// and the copy. Such a relay had the broker's ack but had not marked the
+/// row published, and its successor sent it again. A copy without one would
+/// be the producer's own retries writing twice, which the idempotent
+/// producer must prevent.
 pub async fn exactly_once(
     dbs: &Databases,
     kafka: &KafkaSettings,
-    required: Required,
+    deaths: &[Kill],
     timeout: Duration,
 ) -> Result<Verdict, ToolError> {
-    let mut all = HashSet::new();
-    let mut expected = HashSet::new();
-    for (_, pool) in dbs.all() {
-        let rows: Vec<(Uuid, Option<DateTime<Utc>>)> =
-            sqlx::query_as("SELECT id, published_at FROM outbox").fetch_all(pool).await?;
-        for (id, published_at) in rows {
-            let wanted = match required {
-                Required::All => true,
-                Required::Since { since, .. } => published_at.is_some_and(|p| p >= since),
-            };
-            if wanted {
-                expected.insert(id);
-            }
-            all.insert(id);
-        }
+    let mut rows: HashMap<Uuid, Row> = HashMap::new();
+    for (service, pool) in dbs.all() {
+        let found: Vec<(Uuid, i64)> = sqlx::query_as("SELECT id, seq FROM outbox").fetch_all(pool).await?;
+        rows.extend(found.into_iter().map(|(id, seq)| (id, Row { service, seq })));
     }
     let twice = emitted_twice(dbs).await?;
     let kafka = kafka.clone();
-    let seen = tokio::task::spawn_blocking(move || read_topics(&kafka, timeout)).await??;
-    let delivered: u64 = seen.values().map(|&n| u64::from(n)).sum();
+    let messages = tokio::task::spawn_blocking(move || read_topics(&kafka, timeout)).await??;
+    let mut copies_of: HashMap<Uuid, Vec<&Delivered>> = HashMap::new();
+    for m in &messages {
+        copies_of.entry(m.id).or_default().push(m);
+    }
     let mut missing: Vec<String> =
-        expected.iter().filter(|id| !seen.contains_key(id)).map(|id| format!("{id} not on Kafka")).collect();
-    let mut unknown: Vec<String> =
-        seen.keys().filter(|id| !all.contains(id)).map(|id| format!("{id} on Kafka, in no outbox")).collect();
+        rows.keys().filter(|id| !copies_of.contains_key(id)).map(|id| format!("{id} not on Kafka")).collect();
+    let mut unknown: Vec<String> = copies_of
+        .keys()
+        .filter(|id| !rows.contains_key(id))
+        .map(|id| format!("{id} on Kafka, in no outbox"))
+        .collect();
     missing.sort();
     unknown.sort();
-    let share = expected.len() as f64 / all.len().max(1) as f64;
-    let (scope, mut offenders) = match required {
-        Required::All => ("every one required on Kafka".to_string(), Vec::new()),
-        Required::Since { since, min_share } => (
-            format!(
-                "{} required on Kafka: {:.1}% (minimum {:.0}%), those published since {}",
-                expected.len(),
-                100.0 * share,
-                100.0 * min_share,
-                since.to_rfc3339()
-            ),
-            if share < min_share {
-                vec![format!(
-                    "only {:.1}% of the events are required on Kafka, under the minimum {:.0}%",
-                    100.0 * share,
-                    100.0 * min_share
-                )]
-            } else {
-                Vec::new()
-            },
-        ),
-    };
+    let disorder = out_of_order(&messages, &rows);
+    let (explained, unexplained) = copies(&copies_of, &rows, deaths);
+    let copies_total: usize = copies_of.values().map(|c| c.len() - 1).sum();
     let mut detail = format!(
-        "{} outbox rows ({scope}), {} messages, {} distinct ids ({} redelivered copies), \
-         {} missing, {} unknown, {} emitted twice",
-        all.len(),
-        delivered,
-        seen.len(),
-        delivered - seen.len() as u64,
+        "{} outbox rows, {} messages, {} distinct ids, {} missing, {} unknown, {} out of order, \
+         {} emitted twice; {copies_total} copies: {explained} after a death of their publisher, {} unexplained",
+        rows.len(),
+        messages.len(),
+        copies_of.len(),
         missing.len(),
         unknown.len(),
-        twice.len()
+        disorder.len(),
+        twice.len(),
+        unexplained.len(),
     );
-    offenders.extend(missing.into_iter().chain(unknown).chain(twice));
+    let offenders: Vec<String> =
+        missing.into_iter().chain(unknown).chain(disorder).chain(twice).chain(unexplained).collect();
     if !offenders.is_empty() {
         detail.push_str(&format!(": {}", first(&offenders)));
     }
     Ok(Verdict { name: "events on Kafka", ok: offenders.is_empty(), detail })
+}
+
+/// Per topic and key: the partitions it is on (one), and whether the first
+/// copies of its events follow their outbox order.
+fn out_of_order(messages: &[Delivered], rows: &HashMap<Uuid, Row>) -> Vec<String> {
+    let mut by_key: HashMap<(&str, &str), Vec<&Delivered>> = HashMap::new();
+    for m in messages {
+        if let Some(key) = &m.key {
+            by_key.entry((m.topic.as_str(), key.as_str())).or_default().push(m);
+        }
+    }
+    let mut offenders = Vec::new();
+    for ((topic, key), mut ms) in by_key {
+        let partitions: BTreeSet<i32> = ms.iter().map(|m| m.partition).collect();
+        if partitions.len() > 1 {
+            offenders.push(format!("key {key} of {topic} on partitions {partitions:?}"));
+            continue;
+        }
+        ms.sort_by_key(|m| m.offset);
+        let mut seen = BTreeSet::new();
+        let mut last: Option<(i64, &Delivered)> = None;
+        for m in ms {
+            let Some(row) = rows.get(&m.id) else { continue };
+            if !seen.insert(m.id) {
+                continue;
+            }
+            if let Some((seq, before)) = last
+                && row.seq < seq
+            {
+                offenders.push(format!(
+                    "key {key} of {topic}[{}]: {} (outbox seq {}) at offset {} after {} (seq {seq}) at {}",
+                    m.partition, m.id, row.seq, m.offset, before.id, before.offset
+                ));
+            }
+            last = Some((row.seq, m));
+        }
+    }
+    offenders.sort();
+    offenders
+}
+
+/// Counts the copies a death of their publisher explains, and names the others.
+fn copies(
+    copies_of: &HashMap<Uuid, Vec<&Delivered>>,
+    rows: &HashMap<Uuid, Row>,
+    deaths: &[Kill],
+) -> (usize, Vec<String>) {
+    let mut explained = 0;
+    let mut unexplained = Vec::new();
+    for (id, sends) in copies_of {
+        let Some(row) = rows.get(id) else { continue };
+        let mut sends = sends.clone();
+        sends.sort_by_key(|m| (m.timestamp, m.offset));
+        for pair in sends.windows(2) {
+            let (before, copy) = (pair[0], pair[1]);
+            let caused = match (before.timestamp, copy.timestamp) {
+                (Some(sent), Some(again)) => deaths.iter().any(|d| {
+                    d.target == row.service && d.killed_at >= sent - DEATH_SLACK && d.killed_at <= again
+                }),
+                _ => false,
+            };
+            if caused {
+                explained += 1;
+            } else {
+                unexplained.push(format!(
+                    "{id} ({} outbox) sent again at {}[{}]@{} with no death of {} since its send at @{}",
+                    row.service, copy.topic, copy.partition, copy.offset, row.service, before.offset
+                ));
+            }
+        }
+    }
+    unexplained.sort();
+    (explained, unexplained)
 }
 
 /// The business facts written to an outbox more than once (see

@@ -1,5 +1,5 @@
 //! Shared set-up of the outbox tests: a fresh database with the outbox tables
-//! and a tiny business table, a Tansu broker, and helpers to write events in
+//! and a tiny business table, a Kafka broker, and helpers to write events in
 //! business transactions and to read topics back.
 
 #![allow(dead_code)] // each test binary uses a different subset
@@ -8,6 +8,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use sagaworks_config::KafkaSettings;
+use sagaworks_outbox::kafka;
 use sagaworks_outbox::{
     ConsumerSettings, Handler, HandlerError, NewEvent, OutboxWriter, ReceivedEvent, RelaySettings,
 };
@@ -28,6 +29,11 @@ pub struct Env {
 }
 
 pub async fn env(prefix: &str) -> Env {
+    env_on(prefix, Broker::start().await).await
+}
+
+/// [`env`] on `broker` (e.g. [`Broker::private`], for a test that stops it).
+pub async fn env_on(prefix: &str, broker: Broker) -> Env {
     sagaworks_test_support::init_logs();
     let db = TestDatabase::create(prefix).await;
     let pool = sqlx::postgres::PgPoolOptions::new().max_connections(10).connect(&db.url).await.unwrap();
@@ -42,7 +48,6 @@ pub async fn env(prefix: &str) -> Env {
         .execute(&pool)
         .await
         .unwrap();
-    let broker = Broker::start().await;
     let kafka = broker.kafka_settings();
     Env { db, pool, broker, kafka }
 }
@@ -152,7 +157,7 @@ fn partition_count(client: &BaseConsumer, topic: &str, timeout: Duration) -> i32
 /// `group`'s committed offset per partition of `topic` (which must exist;
 /// `None`: nothing committed), read from the broker by a client outside the group.
 pub async fn committed(kafka: &KafkaSettings, group: &str, topic: &str) -> BTreeMap<i32, Option<i64>> {
-    let (brokers, group, topic) = (kafka.brokers.clone(), group.to_string(), topic.to_string());
+    let (brokers, group, topic) = (kafka.brokers.clone(), kafka::group_name(kafka, group), topic.to_string());
     tokio::task::spawn_blocking(move || {
         let client = outside_client(&brokers, &group);
         let timeout = Duration::from_secs(5);
