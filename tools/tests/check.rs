@@ -622,6 +622,15 @@ async fn a_run_at_its_minimums_passes_the_coverage_check() {
         "{v}"
     );
     assert!(v.detail.contains("gateway (kill-9) at") && v.detail.contains("after the load stopped"), "{v}");
+    // A process that crashed on its own is no fault of the run's: neither counted
+    // nor named, even an order crash (it resumes no saga for the minimum).
+    let mut with_crash = kills.clone();
+    with_crash.push(Kill { how: coverage::CRASH.into(), ..kills[0].clone() });
+    let v = coverage::minimums(l.order(), &accepted(), &with_crash, &MINIMUMS).await.unwrap();
+    assert!(v.detail.contains("kills under load 1 of 3"), "{v}");
+    let only_crash = [Kill { how: coverage::CRASH.into(), ..kills[0].clone() }];
+    let v = coverage::minimums(l.order(), &accepted(), &only_crash, &MINIMUMS).await.unwrap();
+    failed_with(&v, "sagas resumed after an order kill 0 < minimum 1");
 }
 
 #[tokio::test]
