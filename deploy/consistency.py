@@ -41,7 +41,12 @@ What it asserts, per service of services.toml:
   the gateway admits the ingress controller's namespace, not anyone;
 * the dev overlay's copies of deploy/observability/ are identical to their originals, on
   disk and in the rendered ConfigMaps; its Prometheus config differs from compose's only in
-  how it finds the targets; the topics Job uses the services' topic prefix.
+  how it finds the targets; the topics Job uses the services' topic prefix;
+* compose and the dev overlay run the Jaeger and OpenTelemetry Collector releases that
+  scripts/validate-observability builds and checks the configs with (Jaeger's version in
+  scripts/lib/tracing.sh, the collector's release in deploy/observability/build/
+  otelcol-builder.yaml), each on the committed config (deploy/observability/jaeger.yaml,
+  otel-collector.yaml).
 
 Needs python3 and PyYAML. Exit status 0 if every check passed, 1 otherwise.
 """
@@ -231,8 +236,12 @@ OBSERVABILITY_DIR = Path("deploy/observability")
 COPIES_DIR = Path("k8s/overlays/dev/infra/observability")
 K8S_VARIANTS = {Path("prometheus/prometheus.yml")}
 NOT_DEPLOYED = {Path("prometheus/alerts.test.yml"), Path("check-dashboards.py"), Path("metric-names.txt")}
+#: Directories of deploy/observability/ that are not deployed either: build/ holds what
+#: scripts/lib/tracing.sh builds the tested Jaeger and collector from.
+NOT_DEPLOYED_DIRS = {Path("build")}
 COPY_CONFIGMAPS: dict[str, dict[str, str]] = {
     "otel-collector-config": {"config.yaml": "otel-collector.yaml"},
+    "jaeger-config": {"config.yaml": "jaeger.yaml"},
     "prometheus-config": {"alerts.yml": "prometheus/alerts.yml"},
     "grafana-datasources": {"datasources.yaml": "grafana/provisioning/datasources/datasources.yaml"},
     "grafana-dashboard-providers": {"dashboards.yaml": "grafana/provisioning/dashboards/dashboards.yaml"},
@@ -974,7 +983,10 @@ def check_copies(report: Report, root: Path) -> None:
     originals, copies = root / OBSERVABILITY_DIR, root / COPIES_DIR
     if not report.check(copies.is_dir(), f"{COPIES_DIR} is missing"):
         return
-    wanted = _files(originals) - NOT_DEPLOYED - K8S_VARIANTS
+    wanted = {
+        rel for rel in _files(originals) - NOT_DEPLOYED - K8S_VARIANTS
+        if not any(rel.is_relative_to(d) for d in NOT_DEPLOYED_DIRS)
+    }
     present = _files(copies)
     for rel in sorted(wanted):
         copy = COPIES_DIR / rel
@@ -1093,6 +1105,106 @@ def check_repositories_agree(report: Report, found: dict[str, dict[str, str]]) -
         )
 
 
+# --- the telemetry releases: the ones the configs are tested with --------------------------
+
+#: Where the tested releases are named (scripts/validate-observability builds them).
+TRACING_LIB = Path("scripts/lib/tracing.sh")
+OTELCOL_MANIFEST = OBSERVABILITY_DIR / "build" / "otelcol-builder.yaml"
+JAEGER_IMAGE = "jaegertracing/jaeger"
+OTELCOL_IMAGE = "otel/opentelemetry-collector-contrib"
+#: service / Deployment name -> the committed config it must run and where it mounts it.
+TELEMETRY_CONFIGS = {
+    "jaeger": ("jaeger.yaml", "/etc/jaeger/config.yaml"),
+    "otel-collector": ("otel-collector.yaml", "/etc/otelcol-contrib/config.yaml"),
+}
+
+
+def tested_releases(root: Path) -> dict[str, str]:
+    """{"jaeger": "2.12.0", "otel-collector": "0.165"}: Jaeger's exact version, the
+    collector's release (major.minor: the contrib image may carry a patch of its own)."""
+    found: dict[str, str] = {}
+    match = re.search(r"^SW_JAEGER_VERSION=([0-9][0-9.]*)$", (root / TRACING_LIB).read_text(), re.M)
+    if match:
+        found["jaeger"] = match.group(1)
+    manifest = yaml.safe_load((root / OTELCOL_MANIFEST).read_text()) or {}
+    version = str((manifest.get("dist") or {}).get("version", ""))
+    if re.fullmatch(r"\d+\.\d+\.\d+", version):
+        found["otel-collector"] = version.rsplit(".", 1)[0]
+    return found
+
+
+def _image_ok(name: str, image: str, releases: dict[str, str]) -> bool:
+    if name == "jaeger":
+        return image == f"{JAEGER_IMAGE}:{releases['jaeger']}"
+    return re.fullmatch(re.escape(f"{OTELCOL_IMAGE}:{releases['otel-collector']}.") + r"\d+", image) is not None
+
+
+def _compose_mount(volume: Any) -> tuple[str, str]:
+    """(target, source) of a compose volume, in the short (`src:target[:mode]`) or the long
+    syntax (docker-compose v1 renders the first, v2 the second)."""
+    if isinstance(volume, dict):
+        return str(volume.get("target", "")), str(volume.get("source", ""))
+    source, _, rest = str(volume).partition(":")
+    return rest.split(":", 1)[0], source
+
+
+def check_telemetry_releases(
+    report: Report, compose: dict[str, Any], k8s: dict[str, list[dict[str, Any]]], root: Path
+) -> None:
+    """compose's and the dev overlay's Jaeger and collector: the tested releases, each
+    started on its committed config."""
+    releases = tested_releases(root)
+    if not report.check(
+        set(releases) == set(TELEMETRY_CONFIGS),
+        f"no SW_JAEGER_VERSION in {TRACING_LIB} or no dist.version x.y.z in {OTELCOL_MANIFEST}",
+    ):
+        return
+    want = {"jaeger": f"{JAEGER_IMAGE}:{releases['jaeger']}",
+            "otel-collector": f"{OTELCOL_IMAGE}:{releases['otel-collector']}.<patch>"}
+    services = compose.get("services") or {}
+    for name, (config, target) in TELEMETRY_CONFIGS.items():
+        spec = services.get(name)
+        if not report.check(spec is not None, f"compose: no service {name}"):
+            continue
+        image = str(spec.get("image", ""))
+        report.check(_image_ok(name, image, releases), f"compose/{name}: image must be {want[name]} (the tested release), got {image}")
+        command = spec.get("command") or []
+        command = command.split() if isinstance(command, str) else command
+        report.check(f"--config={target}" in command, f"compose/{name}: must run --config={target}")
+        mounts = dict(_compose_mount(v) for v in spec.get("volumes") or [])
+        report.check(
+            Path(mounts.get(target, "")).as_posix().endswith(f"{OBSERVABILITY_DIR.as_posix()}/{config}"),
+            f"compose/{name}: must mount {OBSERVABILITY_DIR / config} at {target}",
+        )
+    docs = k8s.get("dev")
+    if not docs:
+        return
+    deployments = _by_kind(docs, "Deployment")
+    for name, (config, target) in TELEMETRY_CONFIGS.items():
+        workload = deployments.get(name)
+        if not report.check(workload is not None, f"dev: no Deployment {name}"):
+            continue
+        pod = workload["spec"]["template"]["spec"]
+        container = next((c for c in pod.get("containers") or [] if c.get("name") == name), None)
+        if not report.check(container is not None, f"dev/Deployment/{name}: no container {name}"):
+            continue
+        image = str(container.get("image", ""))
+        report.check(_image_ok(name, image, releases), f"dev/Deployment/{name}: image must be {want[name]} (the tested release), got {image}")
+        report.check(
+            f"--config={target}" in (container.get("args") or []) + (container.get("command") or []),
+            f"dev/Deployment/{name}: must run --config={target}",
+        )
+        mount_dir = str(Path(target).parent)
+        volume = next((m.get("name") for m in container.get("volumeMounts") or [] if m.get("mountPath") == mount_dir), None)
+        source = next((v for v in pod.get("volumes") or [] if v.get("name") == volume), {}) if volume else {}
+        configmap = str((source.get("configMap") or {}).get("name", ""))
+        base = next((b for b, keys in COPY_CONFIGMAPS.items() if keys.get(Path(target).name) == config), None)
+        report.check(
+            base is not None and _base_name(configmap, [base]) == base,
+            f"dev/Deployment/{name}: must mount the ConfigMap of {OBSERVABILITY_DIR / config} at {mount_dir}",
+        )
+
+
 def check_all(
     keys: dict[str, set[str]],
     compose: dict[str, Any],
@@ -1113,6 +1225,7 @@ def check_all(
             check_prometheus_variant(report, label, docs, root)
             check_topics_job(report, label, docs)
     check_copies(report, root)
+    check_telemetry_releases(report, compose, k8s, root)
     check_repositories_agree(report, found)
     return report
 

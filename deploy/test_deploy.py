@@ -356,6 +356,26 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "dev: ConfigMap otel-collector-config key config.yaml differs from deploy/observability/otel-collector.yaml")
         self.assert_fails(failures, "dev: ConfigMap grafana-dashboards holds ['sagaworks-overview.json']")
 
+    def test_untested_telemetry_release_or_config_fails(self) -> None:
+        compose = copy.deepcopy(self.compose)
+        compose["services"]["jaeger"]["image"] = "jaegertracing/jaeger:2.14.1"
+        compose["services"]["jaeger"]["command"] = []
+        compose["services"]["otel-collector"]["image"] = "otel/opentelemetry-collector-contrib:0.143.0"
+        k8s = copy.deepcopy(self.k8s)
+        jaeger = self.pod(k8s["dev"], "Deployment", "jaeger")
+        jaeger["volumes"] = [v for v in jaeger["volumes"] if "configMap" not in v]
+        self.pod(k8s["dev"], "Deployment", "otel-collector")["containers"][0]["image"] = (
+            "otel/opentelemetry-collector-contrib:0.165")
+        failures = self.failures(compose=compose, k8s=k8s)
+        releases = consistency.tested_releases(ROOT)
+        self.assertEqual(set(releases), {"jaeger", "otel-collector"})
+        self.assert_fails(failures, "compose/jaeger: image must be jaegertracing/jaeger:" + releases["jaeger"])
+        self.assert_fails(failures, "compose/jaeger: must run --config=/etc/jaeger/config.yaml")
+        self.assert_fails(failures, "compose/otel-collector: image must be otel/opentelemetry-collector-contrib:"
+                          + releases["otel-collector"] + ".<patch>")
+        self.assert_fails(failures, "dev/Deployment/jaeger: must mount the ConfigMap of deploy/observability/jaeger.yaml")
+        self.assert_fails(failures, "dev/Deployment/otel-collector: image must be")
+
     def test_prometheus_variant_drift_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
         configmap = next(d for d in k8s["dev"] if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("prometheus-config-"))
