@@ -1,6 +1,6 @@
 //! OpenTelemetry end to end: the four services run as real processes, each
 //! exporting its spans (under its own `service.name`) to an in-process OTLP
-//! receiver. One `POST /v1/orders` must be one trace across gateway, order,
+//! receiver, and once through the real Collector into a real Jaeger. One `POST /v1/orders` must be one trace across gateway, order,
 //! inventory and payment with correct parentage; the events it causes are
 //! consumed in new traces linked to it; a failing saga shows its error and
 //! its compensation.
@@ -9,9 +9,12 @@
 //! `scripts/test` does first).
 
 use reqwest::StatusCode;
+use sagaworks_test_support::eventually;
+use sagaworks_test_support::jaeger::Tracing;
 use sagaworks_test_support::otlp::{OtlpReceiver, ReceivedSpan, SpanKind, StatusCode as SpanStatus};
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, SystemTime};
 use system_tests::auth::customer_token;
 use system_tests::processes::ProcessStack;
 
@@ -289,6 +292,75 @@ async fn one_order_is_one_trace_across_all_services_and_its_events_link_to_it() 
         .count();
     assert_eq!(commits, 1, "inventory commits the reservation once, inside its consumer span");
 }
+
+/// The same order's trace, read back from a real Jaeger that a real
+/// OpenTelemetry Collector feeds, on the configurations compose and k8s run
+/// (services -> Collector -> Jaeger): every service's spans, one root, the
+/// saga and its steps with their calls, and the consumers' spans, in traces
+/// of their own, linked to the event's send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orders_complete_trace_reads_back_from_jaeger_fed_by_the_collector() {
+    let tracing = Tracing::start().await;
+    let started = SystemTime::now();
+    let system = ProcessStack::start(&otel(&tracing.otlp_endpoint())).await;
+    let (product, customer) = catalogue(&system, 10_000).await;
+    let trace_id = CALLER_TRACE_ID;
+    let order = place(&system, trace_id, &customer, &product).await;
+    assert_eq!(order["status"], "CONFIRMED", "{order}");
+    let order_id = order["order_id"].as_str().unwrap().to_string();
+    system.get_until(&format!("/v1/orders/{order_id}"), |o| has_event(o, "OrderConfirmed")).await;
+    system.get_until(&format!("/v1/products/{product}"), |p| p["sold"] == 2).await;
+    // SIGTERM: each service exports what it has left; the Collector batches for up to 1 s.
+    system.stop().await;
+
+    let spans = eventually("the order's trace in Jaeger, with its event's send", WAIT, || async {
+        let spans = tracing.trace(trace_id).await;
+        let trace = Trace::of(&spans, trace_id);
+        let sent = !trace.find(|s| s.kind == SpanKind::Producer && s.service_name == "order").is_empty();
+        (trace.services().len() == 4 && sent).then_some(spans)
+    })
+    .await;
+    let trace = Trace::of(&spans, trace_id);
+    assert_eq!(
+        trace.services(),
+        BTreeSet::from(["gateway", "inventory", "order", "payment"]),
+        "{:#?}",
+        trace.names()
+    );
+    // One root: every span but the gateway's request has its parent in the trace.
+    let roots = trace.find(|s| trace.parent(s).is_none());
+    assert_eq!(roots.len(), 1, "one root: {:#?}", roots.iter().map(|s| &s.name).collect::<Vec<_>>());
+    let saga = assert_gateway_to_saga(&trace, trace_id);
+    assert_eq!(roots[0].name, "POST /v1/orders");
+    for step in ["reserve_stock", "charge_payment", "confirm_order"] {
+        let span = trace.step(step);
+        assert_eq!(span.parent_span_id, saga.span_id, "{step} is a step of the saga");
+        assert_eq!(span.attr("saga.step.outcome"), Some("succeeded"));
+    }
+    let (_, reserve) = trace.call(trace.step("reserve_stock"), "inventory", "ReserveStock");
+    assert_db_span(&trace, reserve, "reserve reservations");
+    let (_, charge) = trace.call(trace.step("charge_payment"), "payment", "Charge");
+    assert_db_span(&trace, charge, "charge payments");
+    let producer = order_event_producer(&trace, trace.step("confirm_order"));
+
+    // The consumers' spans: traces of their own, linked to the send.
+    let linked = eventually("inventory's and order's consumer spans in Jaeger", WAIT, || async {
+        let mut all = tracing.traces_of("inventory", started).await;
+        all.extend(tracing.traces_of("order", started).await);
+        let found =
+            ["inventory", "order"].iter().all(|service| !consumers_of(&all, producer, service).is_empty());
+        found.then_some(all)
+    })
+    .await;
+    for service in ["inventory", "order"] {
+        for consumer in consumers_of(&linked, producer, service) {
+            assert_consumer(consumer, producer, trace_id, &order_id);
+        }
+    }
+}
+
+/// How long Jaeger may take to have what the services exported: only turns a hang into a failure.
+const WAIT: Duration = Duration::from_secs(60);
 
 /// A consumer span of the order's event `producer`: a new trace, linked to the send.
 fn assert_consumer(consumer: &ReceivedSpan, producer: &ReceivedSpan, trace_id: &str, order_id: &str) {

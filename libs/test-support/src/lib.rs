@@ -8,6 +8,8 @@
 //!   restart on their ports and logs (see the module).
 //! * [`Running`] — a service under test on a Tokio runtime of its own, killed
 //!   like a process (`kill -9`) or stopped gracefully; services plug in through [`App`].
+//! * [`otlp::OtlpReceiver`] — an in-process OTLP receiver; [`jaeger::Tracing`] —
+//!   the real Collector and Jaeger as processes, read back over Jaeger's API.
 //! * [`free_port`], [`init_logs`], [`eventually`], [`watch_runtime`].
 //!
 //! Nothing here skips: when Postgres or the broker binary is missing the
@@ -15,6 +17,7 @@
 
 mod broker;
 mod database;
+pub mod jaeger;
 pub mod otlp;
 mod service;
 
