@@ -376,6 +376,16 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "dev/Deployment/jaeger: must mount the ConfigMap of deploy/observability/jaeger.yaml")
         self.assert_fails(failures, "dev/Deployment/otel-collector: image must be")
 
+    def test_an_untested_kafka_release_fails(self) -> None:
+        compose = copy.deepcopy(self.compose)
+        compose["services"]["kafka-init"]["image"] = "apache/kafka:3.9.1"
+        k8s = copy.deepcopy(self.k8s)
+        self.pod(k8s["dev"], "StatefulSet", "kafka")["containers"][0]["image"] = "apache/kafka:4.3.0"
+        failures = self.failures(compose=compose, k8s=k8s)
+        self.assert_fails(failures, "compose/kafka-init: image must be apache/kafka:4.4.0")
+        self.assert_fails(failures, "dev/StatefulSet/kafka: image must be apache/kafka:4.4.0")
+        self.assertFalse([f for f in failures if f.startswith("compose/kafka:")], failures)
+
     def test_prometheus_variant_drift_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
         configmap = next(d for d in k8s["dev"] if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("prometheus-config-"))
