@@ -67,8 +67,21 @@ async fn every_service_counts_its_requests_per_route_and_method_with_their_statu
         assert_eq!(res.status(), StatusCode::NOT_FOUND);
     }
 
+    // Invented methods, before any authentication: one `_OTHER` series, not one per method.
+    for invented in ["FOO", "BAR"] {
+        let method = reqwest::Method::from_bytes(invented.as_bytes()).unwrap();
+        let res = system.http.request(method, system.url("/v1/orders")).send().await.unwrap();
+        assert!(res.status().is_client_error(), "{invented}: {}", res.status());
+    }
+
     let gateway = metrics_of(&system, &system.gateway).await;
     let http = "http_server_request_duration_seconds";
+    let other = [("service", "gateway"), ("method", "_OTHER"), ("route", "/v1/orders")];
+    assert_eq!(count(&gateway, http, &other), 2.0, "{gateway}");
+    assert!(
+        !gateway.contains("method=\"FOO\"") && !gateway.contains("method=\"BAR\""),
+        "no series per invented method"
+    );
     let post_orders =
         [("service", "gateway"), ("method", "POST"), ("route", "/v1/orders"), ("status", "201")];
     assert_eq!(count(&gateway, http, &post_orders), 1.0);

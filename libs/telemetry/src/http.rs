@@ -80,7 +80,7 @@ where
         let _ = span.set_parent(propagation::extract(&HeaderExtractor(request.headers())));
         let labels = Labels {
             service: self.service,
-            method: request.method().clone(),
+            method: method_label(request.method()),
             route: request.extensions().get::<MatchedPath>().map(|r| r.as_str().to_owned()),
             started: Instant::now(),
         };
@@ -92,7 +92,7 @@ where
 /// What a request's duration is recorded under.
 struct Labels {
     service: &'static str,
-    method: http::Method,
+    method: &'static str,
     route: Option<String>,
     started: Instant,
 }
@@ -101,17 +101,39 @@ impl Labels {
     fn record(self, status: String) {
         let route = self.route.unwrap_or_else(|| "unmatched".to_owned());
         metrics::histogram!(HTTP_SERVER_DURATION, "service" => self.service,
-            "method" => self.method.as_str().to_owned(), "route" => route, "status" => status)
+            "method" => self.method, "route" => route, "status" => status)
         .record(self.started.elapsed().as_secs_f64());
     }
 }
 
+/// The request method as a label or attribute value: one of the methods of RFC 9110 and
+/// PATCH, or `_OTHER` (OpenTelemetry's semantic conventions). The method is the client's
+/// choice and arrives before authentication: taken as it is, every invented method
+/// would make new metric series, without bound.
+pub fn method_label(method: &http::Method) -> &'static str {
+    use http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::CONNECT => "CONNECT",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::PATCH => "PATCH",
+        _ => "_OTHER",
+    }
+}
+
 fn request_span<B>(request: &http::Request<B>) -> Span {
-    let method = request.method().as_str();
+    let method = method_label(request.method());
     let route = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+    // An unknown method names the span `HTTP` (the conventions' choice for `_OTHER`).
+    let verb = if method == "_OTHER" { "HTTP" } else { method };
     let name = match route {
-        Some(route) => format!("{method} {route}"),
-        None => method.to_owned(),
+        Some(route) => format!("{verb} {route}"),
+        None => verb.to_owned(),
     };
     let span = tracing::info_span!(
         "http.server",
@@ -178,5 +200,25 @@ where
             }
         }
         Poll::Ready(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::method_label;
+    use http::Method;
+
+    #[test]
+    fn known_methods_are_their_own_label_and_any_other_is_other() {
+        for (method, label) in [(Method::GET, "GET"), (Method::POST, "POST"), (Method::PATCH, "PATCH")] {
+            assert_eq!(method_label(&method), label);
+        }
+        for invented in ["FOO", "PROPFIND", "get"] {
+            assert_eq!(
+                method_label(&Method::from_bytes(invented.as_bytes()).unwrap()),
+                "_OTHER",
+                "{invented}"
+            );
+        }
     }
 }
