@@ -76,7 +76,9 @@ pub async fn get_order(
     Path(order_id): Path<String>,
 ) -> Result<Json<Order>, ApiError> {
     let order = fetch_order(&state, order_id).await?;
-    caller.may_act_for(&order.customer_id)?;
+    // As the order service answers an unknown id.
+    caller
+        .may_see(&order.customer_id, || ApiError::NotFound(format!("order {} not found", order.order_id)))?;
     Ok(Json(order.into()))
 }
 
@@ -143,7 +145,8 @@ pub async fn get_saga(
     if !caller.is_admin() {
         // A saga belongs to whoever owns its order.
         let order = fetch_order(&state, saga.order_id.clone()).await?;
-        caller.may_act_for(&order.customer_id)?;
+        caller
+            .may_see(&order.customer_id, || ApiError::NotFound(format!("saga {} not found", saga.saga_id)))?;
     }
     Ok(Json(saga.into()))
 }

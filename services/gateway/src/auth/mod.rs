@@ -44,6 +44,13 @@ impl Caller {
         }
     }
 
+    /// Whether this caller may see a resource of `customer_id`: as [`Self::may_act_for`],
+    /// but another customer's resource is answered as missing (`hidden`, the answer of an
+    /// unknown id), so that a 403 does not tell that it exists.
+    pub fn may_see(&self, customer_id: &str, hidden: impl FnOnce() -> ApiError) -> Result<(), ApiError> {
+        self.may_act_for(customer_id).map_err(|_| hidden())
+    }
+
     pub fn require_admin(&self) -> Result<(), ApiError> {
         if self.admin {
             Ok(())
