@@ -59,6 +59,8 @@
 # carries a placeholder page only. The jaegertracing/jaeger image has the UI.
 
 SW_TRACING_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=scripts/lib/proc.sh
+. "$SW_TRACING_ROOT/scripts/lib/proc.sh"
 SW_TRACING_BUILD="$SW_TRACING_ROOT/deploy/observability/build"
 
 # Jaeger's v2 release and the module version that carries it (both must change together;
@@ -192,7 +194,7 @@ sw_otelcol_bin() {
 sw_tracing_port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 sw_tracing_running() { # state dir, name
-    [ -f "$1/pids/$2.pid" ] && kill -0 "$(cat "$1/pids/$2.pid")" 2>/dev/null
+    [ -f "$1/pids/$2.pid" ] && sw_pid_runs "$(cat "$1/pids/$2.pid")"
 }
 
 # Waits until $3 answers 2xx, or the process $2 exits, or SW_TRACING_READY_SECS pass.
@@ -279,10 +281,10 @@ sw_tracing_stop_one() { # state dir, name
     local f="$1/pids/$2.pid" pid
     [ -f "$f" ] || return 0
     pid="$(cat "$f")"
-    if kill -0 "$pid" 2>/dev/null; then
+    if sw_pid_runs "$pid"; then
         kill -TERM "$pid"
-        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+        for _ in $(seq 1 100); do sw_pid_runs "$pid" || break; sleep 0.1; done
+        if sw_pid_runs "$pid"; then kill -KILL "$pid"; fi
         sw_tracing_say "stopped $2 (pid $pid)"
     fi
     rm -f "$f"
