@@ -95,7 +95,8 @@ class Service:
 #: tests/deploy.rs read too.
 SERVICES_TOML = Path(__file__).resolve().parent.parent / "services.toml"
 SERVICE_KINDS = ("backend", "gateway")
-_SERVICE_KEYS = {"name", "kind", "http_port", "grpc_port", "database", "topics", "calls"}
+_SERVICE_KEYS = {"name", "kind", "http_port", "grpc_port", "database", "topics", "calls", "rpcs"}
+_RPC_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*/([A-Z][A-Za-z0-9]*|\*)")
 
 
 def load_services(path: Path = SERVICES_TOML) -> dict[str, Service]:
@@ -143,6 +144,14 @@ def load_services(path: Path = SERVICES_TOML) -> dict[str, Service]:
         for callee in raw.get("calls") or []:
             if callee not in services or services[callee].ports.grpc is None:
                 raise ValueError(f"{where}: calls {callee!r}, which is no gRPC service listed before it")
+        # [service.rpcs]: the methods called per callee (the callee's allow-list, libs/mtls).
+        rpcs = raw.get("rpcs") or {}
+        if not isinstance(rpcs, dict) or set(rpcs) != set(raw.get("calls") or ()) or not all(
+            isinstance(v, list) and v and all(isinstance(p, str) and _RPC_PATTERN.fullmatch(p) for p in v)
+            for v in rpcs.values()
+        ):
+            raise ValueError(f"{where}: [service.rpcs] must name, for exactly each service it calls, "
+                             "a list of \"Service/Method\" or \"Service/*\"")
         services[name] = Service(
             name=name, kind=kind, ports=ServicePorts(http=http, grpc=grpc), database=database,
             topics=tuple(raw.get("topics") or ()), calls=tuple(raw.get("calls") or ()),
@@ -324,9 +333,12 @@ def check_env(report: Report, where: str, service: str, env: dict[str, str], key
         url = env.get(name, "")
         want = SERVICES[target].grpc
         report.check(
-            _port_of_url(url) == want and urlsplit(url).hostname == target,
-            f"{where}: {name} must be http://{target}:{want}, got {url!r}",
+            _port_of_url(url) == want and urlsplit(url).hostname == target and urlsplit(url).scheme == "https",
+            f"{where}: {name} must be https://{target}:{want}, got {url!r}",
         )
+    # Mutual TLS (libs/mtls): the CA, its certificate and key, all three.
+    tls = [key for key in ("APP_TLS__CA_FILE", "APP_TLS__CERT_FILE", "APP_TLS__KEY_FILE") if not env.get(key)]
+    report.check(not tls, f"{where}: {', '.join(tls)} not set (mutual TLS between the services)")
     if service in GATEWAYS:
         report.check(
             "APP_AUTH__JWT_SECRET" in env or "APP_AUTH__JWKS_URL" in env,
@@ -376,6 +388,10 @@ def check_compose(report: Report, compose: dict[str, Any], keys: dict[str, set[s
     )
     repos: dict[str, str] = {}
     for name, spec in sorted(services.items()):
+        for entry in spec.get("ports") or []:
+            host_ip = entry.get("host_ip") if isinstance(entry, dict) else (
+                str(entry).split(":")[0] if str(entry).count(":") == 2 else None)
+            report.check(host_ip == "127.0.0.1", f"compose: {name} publishes {entry!r} beyond 127.0.0.1")
         for published, target in _compose_ports(spec):
             report.check(
                 (name, target) in PUBLISHED_ALLOWED,

@@ -136,10 +136,20 @@ class ConsistencyTest(unittest.TestCase):
     def test_wrong_port_or_client_url_fails(self) -> None:
         compose = copy.deepcopy(self.compose)
         compose["services"]["payment"]["environment"]["APP_GRPC__PORT"] = "50052"
-        compose["services"]["order"]["environment"]["APP_PAYMENT__URL"] = "http://payment:50052"
+        compose["services"]["order"]["environment"]["APP_PAYMENT__URL"] = "https://payment:50052"
         failures = self.failures(compose=compose)
         self.assert_fails(failures, "compose/payment: APP_GRPC__PORT must be 50053")
-        self.assert_fails(failures, "compose/order: APP_PAYMENT__URL must be http://payment:50053")
+        self.assert_fails(failures, "compose/order: APP_PAYMENT__URL must be https://payment:50053")
+
+    def test_plaintext_grpc_missing_tls_or_a_public_port_fails(self) -> None:
+        compose = copy.deepcopy(self.compose)
+        compose["services"]["order"]["environment"]["APP_INVENTORY__URL"] = "http://inventory:50052"
+        del compose["services"]["payment"]["environment"]["APP_TLS__KEY_FILE"]
+        compose["services"]["gateway"]["ports"] = ["8080:8080"]
+        failures = self.failures(compose=compose)
+        self.assert_fails(failures, "compose/order: APP_INVENTORY__URL must be https://inventory:50052")
+        self.assert_fails(failures, "compose/payment: APP_TLS__KEY_FILE not set (mutual TLS between the services)")
+        self.assert_fails(failures, "compose: gateway publishes '8080:8080' beyond 127.0.0.1")
 
     def test_image_name_drift_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
@@ -489,8 +499,8 @@ class ServiceReplicasTest(unittest.TestCase):
     def test_callers_get_every_replicas_url_on_ports_a_hundred_apart(self) -> None:
         grpc = SERVICES["order"].ports.grpc
         self.assertEqual(self.out("sw_grpc_urls order", SW_REPLICAS_ORDER="3"),
-                         ",".join(f"http://127.0.0.1:{grpc + 100 * r}" for r in range(3)))
-        self.assertEqual(self.out("sw_grpc_urls order"), f"http://127.0.0.1:{grpc}", "one replica by default")
+                         ",".join(f"https://127.0.0.1:{grpc + 100 * r}" for r in range(3)))
+        self.assertEqual(self.out("sw_grpc_urls order"), f"https://127.0.0.1:{grpc}", "one replica by default")
         self.assertEqual(self.out("sw_replica order 1; sw_replica order 2"), "order\norder-2")
         self.assertEqual(self.out("sw_replica_port order http 3"), str(SERVICES["order"].ports.http + 200))
         self.assertEqual(self.out("sw_calls gateway").split(), ["order", "inventory", "payment"])

@@ -273,7 +273,7 @@ async fn responses_carry_a_request_id_and_are_gzipped_for_callers_that_accept_it
 
 #[tokio::test]
 async fn cors_answers_the_configured_origins_only() {
-    let nowhere = "http://127.0.0.1:9";
+    let nowhere = "https://127.0.0.1:9";
     let mut settings = system_tests::gateway_settings(nowhere, nowhere, nowhere);
     settings.api.cors_allowed_origins = vec!["https://shop.example".into()];
     let gateway = system_tests::start_gateway_with(settings).await;
@@ -310,7 +310,7 @@ async fn cors_answers_the_configured_origins_only() {
 
 #[tokio::test]
 async fn an_origin_that_is_no_header_value_stops_the_gateway_at_start() {
-    let nowhere = "http://127.0.0.1:9";
+    let nowhere = "https://127.0.0.1:9";
     let mut settings = system_tests::gateway_settings(nowhere, nowhere, nowhere);
     settings.api.cors_allowed_origins = vec!["https://ok.example".into(), "bad\norigin".into()];
     let err = gateway::startup::Application::build(settings).await.err().expect("refused");

@@ -510,6 +510,10 @@ fn value_at<'a>(settings: &'a Json, name: &str) -> Option<&'a Json> {
 fn env_text(v: &Json) -> String {
     match v {
         Json::String(s) => s.clone(),
+        // A list setting given as a comma-separated string (rate_limit.trusted_proxies).
+        Json::Array(items) if items.iter().all(Json::is_string) => {
+            items.iter().filter_map(Json::as_str).collect::<Vec<_>>().join(",")
+        }
         other => other.to_string(),
     }
 }

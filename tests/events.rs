@@ -10,7 +10,7 @@ use sagaworks_proto::inventory::v1 as inv;
 use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use sagaworks_test_support::{TestDatabase, eventually};
 use std::time::Duration;
-use system_tests::Stack;
+use system_tests::{Stack, channel_as};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -19,7 +19,8 @@ async fn inventory_commits_the_reservation_of_a_v1_order_confirmed_from_a_produc
     let stack = Stack::start().await;
     let product = stack.product(100, 10).await;
     let (order_id, reservation_id) = (Uuid::now_v7(), Uuid::now_v7());
-    let mut inventory = InventoryServiceClient::connect(stack.inventory.grpc_url()).await.unwrap();
+    let mut inventory =
+        InventoryServiceClient::new(channel_as("order", "inventory", &stack.inventory.grpc_url()).await);
     inventory
         .reserve_stock(inv::ReserveStockRequest {
             idempotency_key: format!("{reservation_id}:reserve_stock"),

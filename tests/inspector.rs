@@ -391,7 +391,7 @@ async fn a_dead_letter_is_shown_with_its_error_and_payload() {
 #[tokio::test]
 async fn the_api_explorer_at_docs_lists_the_operations_of_the_openapi_document() {
     let browser = Browser::new();
-    let nowhere = "http://127.0.0.1:9";
+    let nowhere = "https://127.0.0.1:9";
     let gateway = system_tests::start_gateway(nowhere, nowhere, nowhere).await;
     let url = format!("http://127.0.0.1:{}/docs/", gateway.http_port);
     let mut dom = String::new();

@@ -8,7 +8,7 @@ use sagaworks_proto::payment::v1 as pay;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use serde_json::json;
 use sqlx::AssertSqlSafe;
-use system_tests::{Stack, steps};
+use system_tests::{Stack, channel_as, steps};
 use tonic::Code;
 
 fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -175,8 +175,10 @@ impl ForwardCalls {
         let stack = Stack::start().await;
         let product = stack.product(100, 10).await;
         let customer = stack.customer(1_000).await;
-        let inventory = InventoryServiceClient::connect(stack.inventory.grpc_url()).await.unwrap();
-        let payment = PaymentServiceClient::connect(stack.payment.grpc_url()).await.unwrap();
+        let inventory =
+            InventoryServiceClient::new(channel_as("order", "inventory", &stack.inventory.grpc_url()).await);
+        let payment =
+            PaymentServiceClient::new(channel_as("order", "payment", &stack.payment.grpc_url()).await);
         let saga = uuid::Uuid::new_v4().to_string();
         let order = uuid::Uuid::new_v4().to_string();
         let reserve = inv::ReserveStockRequest {
@@ -226,7 +228,8 @@ async fn participant_calls_are_idempotent_per_key() {
         ..charge.clone()
     };
     assert_eq!(payment.charge(big.clone()).await.unwrap_err().code(), Code::FailedPrecondition);
-    payment
+    // Credit comes from the gateway (services.toml): its certificate, not order's.
+    PaymentServiceClient::new(channel_as("gateway", "payment", &stack.payment.grpc_url()).await)
         .add_credit(pay::AddCreditRequest {
             customer_id: customer.clone(),
             amount_cents: 10_000,
@@ -318,7 +321,8 @@ async fn concurrent_duplicates_take_effect_once() {
 async fn a_reservation_moves_every_line_or_none() {
     let stack = Stack::start().await;
     let (plenty, scarce) = (stack.product(100, 10).await, stack.product(250, 2).await);
-    let mut inventory = InventoryServiceClient::connect(stack.inventory.grpc_url()).await.unwrap();
+    let mut inventory =
+        InventoryServiceClient::new(channel_as("order", "inventory", &stack.inventory.grpc_url()).await);
     let reserve = |key: &str, lines: &[(&str, i64)]| inv::ReserveStockRequest {
         idempotency_key: key.into(),
         reservation_id: uuid::Uuid::new_v4().to_string(),

@@ -94,7 +94,7 @@ fn shape() -> Shape {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let _guard = runtime.enter();
     let channel = |name| {
-        sagaworks_resilience::channel(name, &ClientSettings::with_url("http://127.0.0.1:9"))
+        sagaworks_resilience::channel(name, &ClientSettings::with_url("http://127.0.0.1:9"), None)
             .expect("a lazy channel")
     };
     order::saga::definition(channel("inventory"), channel("payment")).shape()

@@ -373,7 +373,7 @@ async fn rate_limit_answers_429_with_retry_after_then_lets_the_client_in_again()
 
 #[tokio::test]
 async fn the_gateway_refuses_to_start_without_a_signing_key() {
-    let mut settings = gateway_settings("http://127.0.0.1:1", "http://127.0.0.1:1", "http://127.0.0.1:1");
+    let mut settings = gateway_settings("https://127.0.0.1:1", "https://127.0.0.1:1", "https://127.0.0.1:1");
     settings.auth.jwt_secret = None;
     let err = gateway::startup::Application::build(settings.clone()).await.err().expect("start-up fails");
     let message = err.to_string();
@@ -515,7 +515,7 @@ async fn the_configured_admin_role_opens_the_admin_endpoints_and_the_default_one
 /// A gateway whose backends are unreachable: enough for what the guard answers alone
 /// (401, 429) and for start-up checks.
 async fn gateway_alone(tweak: impl FnOnce(&mut gateway::config::Settings)) -> Running {
-    let mut s = gateway_settings("http://127.0.0.1:1", "http://127.0.0.1:1", "http://127.0.0.1:1");
+    let mut s = gateway_settings("https://127.0.0.1:1", "https://127.0.0.1:1", "https://127.0.0.1:1");
     tweak(&mut s);
     start_gateway_with(s).await
 }
@@ -603,21 +603,30 @@ async fn the_gateway_logs_its_settings_at_start_up_without_the_jwt_secret() {
 }
 
 /// `environment` (APP_ENVIRONMENT): outside `development` the gateway refuses to start
-/// with the development secret, a secret shorter than 32 bytes or auth turned off, with
-/// an error naming the variables (never the secret); in development all of these start.
+/// with the development secret, a secret shorter than 32 bytes, auth turned off, no
+/// issuer or audience, a JWKS URL that is not https, or TLS off, with an error naming
+/// the variables (never the secret); in development all of these start.
 #[tokio::test]
-async fn the_development_secret_is_refused_outside_development_and_accepted_in_it() {
+async fn the_gateway_refuses_every_unsafe_setting_in_production_and_accepts_it_in_development() {
     use gateway::config::{DEV_ONLY_INSECURE_JWT_SECRET, Environment};
     let short = "0123456789abcdef0123456789abcde"; // 31 bytes
     let strong = "a-production-secret-of-more-than-32-bytes-3f9c1e";
     type Tweak<'a> = &'a dyn Fn(&mut gateway::config::Settings);
     let build = |environment: Environment, tweak: Tweak| {
-        let mut s = gateway_settings("http://127.0.0.1:1", "http://127.0.0.1:1", "http://127.0.0.1:1");
+        let mut s = gateway_settings("https://127.0.0.1:1", "https://127.0.0.1:1", "https://127.0.0.1:1");
         s.environment = environment;
+        s.auth.issuer = Some("https://idp.example/".into());
+        s.auth.audience = Some("sagaworks".into());
+        s.auth.jwt_secret = Some(strong.into());
         tweak(&mut s);
         gateway::startup::Application::build(s)
     };
-    let refused: [(&str, Tweak, &[&str]); 3] = [
+    let http = |s: &mut gateway::config::Settings| {
+        for client in [&mut s.order, &mut s.inventory, &mut s.payment] {
+            client.url = client.url.replace("https://", "http://");
+        }
+    };
+    let refused: [(&str, Tweak, &[&str]); 7] = [
         (
             "the development secret",
             &|s| s.auth.jwt_secret = Some(DEV_ONLY_INSECURE_JWT_SECRET.into()),
@@ -629,6 +638,24 @@ async fn the_development_secret_is_refused_outside_development_and_accepted_in_i
             &["APP_AUTH__JWT_SECRET", "APP_ENVIRONMENT", "31 bytes"],
         ),
         ("auth turned off", &|s| s.auth.enabled = false, &["APP_AUTH__ENABLED", "APP_ENVIRONMENT"]),
+        ("no issuer", &|s| s.auth.issuer = None, &["APP_AUTH__ISSUER", "APP_ENVIRONMENT"]),
+        ("no audience", &|s| s.auth.audience = None, &["APP_AUTH__AUDIENCE", "APP_ENVIRONMENT"]),
+        (
+            "a JWKS over http",
+            &|s| {
+                s.auth.jwt_secret = None;
+                s.auth.jwks_url = Some("http://idp.example/jwks.json".into());
+            },
+            &["APP_AUTH__JWKS_URL", "APP_ENVIRONMENT"],
+        ),
+        (
+            "TLS off",
+            &|s| {
+                s.tls = Default::default();
+                http(s);
+            },
+            &["tls", "APP_ENVIRONMENT"],
+        ),
     ];
     for (what, tweak, names) in refused {
         let err =
@@ -878,4 +905,44 @@ async fn dev_up_service_roles_are_unprivileged_and_reach_only_their_own_database
             }
         }
     }
+}
+
+/// A backend (inventory here; order and payment share `ServiceHost`) in production
+/// refuses TLS off and fault injection at start-up, naming the setting; development
+/// takes both, and production with TLS on and no faults starts.
+#[tokio::test]
+async fn a_backend_refuses_tls_off_and_fault_injection_in_production() {
+    use sagaworks_config::Environment;
+    let db = sagaworks_test_support::TestDatabase::create("prod_inventory").await;
+    let broker = sagaworks_test_support::Broker::start().await;
+    let safe = inventory::config::Settings {
+        environment: Environment::Production,
+        tls: sagaworks_test_support::certs::tls("inventory"),
+        grpc: sagaworks_config::ListenSettings::new("127.0.0.1", 0),
+        http: sagaworks_config::ListenSettings::new("127.0.0.1", 0),
+        database: db.settings(),
+        kafka: broker.kafka_settings(),
+        ..Default::default()
+    };
+    type Tweak<'a> = &'a dyn Fn(&mut inventory::config::Settings);
+    let unsafe_settings: [(&str, Tweak, &str); 2] = [
+        ("TLS off", &|s| s.tls = Default::default(), "tls is refused"),
+        ("fault injection", &|s| s.fault.enabled = true, "fault.enabled is refused"),
+    ];
+    for (what, tweak, says) in unsafe_settings {
+        let mut settings = safe.clone();
+        tweak(&mut settings);
+        let err = inventory::startup::Application::build(settings.clone())
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{what} accepted in production"));
+        let message = err.to_string();
+        assert!(message.contains(says) && message.contains("APP_ENVIRONMENT"), "{what}: {message}");
+        settings.environment = Environment::Development;
+        assert!(
+            inventory::startup::Application::build(settings).await.is_ok(),
+            "{what}: fine in development"
+        );
+    }
+    assert!(inventory::startup::Application::build(safe).await.is_ok(), "production, TLS on, no faults");
 }

@@ -137,6 +137,6 @@ sw_replica_port() { # service, http|grpc, replica number (from 1)
 sw_grpc_urls() { # service
     local n r urls=()
     n="$(sw_replicas "$1")" || return 1
-    for r in $(seq 1 "$n"); do urls+=("http://127.0.0.1:$(sw_replica_port "$1" grpc "$r")"); done
+    for r in $(seq 1 "$n"); do urls+=("https://127.0.0.1:$(sw_replica_port "$1" grpc "$r")"); done
     (IFS=,; echo "${urls[*]}")
 }

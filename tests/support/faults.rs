@@ -17,6 +17,7 @@ use serde_json::Value;
 pub async fn restart_inventory_with_faults(stack: &mut Stack) {
     stack.inventory.kill();
     let settings = inventory::config::Settings {
+        tls: sagaworks_test_support::certs::tls("inventory"),
         grpc: local(stack.inventory.grpc_port),
         http: local(0),
         database: stack.inventory_db.settings(),
@@ -30,6 +31,7 @@ pub async fn restart_inventory_with_faults(stack: &mut Stack) {
 /// Starts payment on `grpc_port` (where a killed one ran) as soon as the port is free.
 pub async fn start_payment_on(db: &TestDatabase, kafka: &KafkaSettings, grpc_port: u16) -> Running {
     let settings = payment::config::Settings {
+        tls: sagaworks_test_support::certs::tls("payment"),
         grpc: local(grpc_port),
         http: local(0),
         database: db.settings(),

@@ -18,7 +18,7 @@ use reqwest::StatusCode;
 use sagaworks_config::{KafkaSettings, ListenSettings};
 use sagaworks_resilience::ClientSettings;
 pub use sagaworks_test_support::{App, Running};
-use sagaworks_test_support::{Broker, TestDatabase};
+use sagaworks_test_support::{Broker, TestDatabase, certs};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -67,6 +67,22 @@ fn local(port: u16) -> ListenSettings {
     ListenSettings::new("127.0.0.1", port)
 }
 
+/// A plain tonic channel to the service `downstream` at `url` that shows the
+/// certificate of `caller` (issued by the test CA, [`certs::tls`]): the test calls as
+/// that service would, or as an identity no allow-list names.
+pub async fn channel_as(caller: &str, downstream: &str, url: &str) -> tonic::transport::Channel {
+    let identity = sagaworks_mtls::Identity::load(&certs::tls(caller), caller)
+        .expect("the test certificate loads")
+        .expect("TLS is configured");
+    tonic::transport::Endpoint::from_shared(url.to_owned())
+        .expect("a valid URL")
+        .tls_config(identity.client_tls(downstream))
+        .expect("a TLS configuration")
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("{caller} connects to {downstream} at {url}: {e:?}"))
+}
+
 /// Fast-failing client settings for tests.
 pub fn client(url: &str) -> ClientSettings {
     let mut c = ClientSettings::with_url(url);
@@ -76,6 +92,7 @@ pub fn client(url: &str) -> ClientSettings {
 
 pub async fn start_inventory(db: &TestDatabase, kafka: &KafkaSettings, grpc_port: u16) -> Running {
     let settings = inventory::config::Settings {
+        tls: certs::tls("inventory"),
         grpc: local(grpc_port),
         http: local(0),
         database: db.settings(),
@@ -87,6 +104,7 @@ pub async fn start_inventory(db: &TestDatabase, kafka: &KafkaSettings, grpc_port
 
 pub async fn start_payment(db: &TestDatabase, kafka: &KafkaSettings, grpc_port: u16) -> Running {
     let settings = payment::config::Settings {
+        tls: certs::tls("payment"),
         grpc: local(grpc_port),
         http: local(0),
         database: db.settings(),
@@ -104,6 +122,7 @@ pub fn order_settings(
     payment_url: &str,
 ) -> order::config::Settings {
     let mut s = order::config::Settings {
+        tls: certs::tls("order"),
         grpc: local(0),
         http: local(0),
         database: db.settings(),
@@ -136,6 +155,7 @@ pub fn gateway_settings(
     // CreateOrder waits for the saga (up to `api.order_wait_ms`).
     order.routes.insert("CreateOrder".into(), 15_000);
     let mut settings = gateway::config::Settings {
+        tls: certs::tls("gateway"),
         http: local(0),
         order,
         inventory: client(inventory_url),
@@ -289,7 +309,8 @@ impl Stack {
 /// its URL, and the task holding the connections open.
 pub async fn unanswering_server() -> (String, JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a free port");
-    let url = format!("http://{}", listener.local_addr().expect("a bound address"));
+    // https: the caller's TLS handshake is what never gets an answer.
+    let url = format!("https://{}", listener.local_addr().expect("a bound address"));
     let held = tokio::spawn(async move {
         let mut conns = vec![];
         while let Ok((c, _)) = listener.accept().await {

@@ -100,6 +100,12 @@ impl ServiceProcess {
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("APP_CONFIG_FILE", &file)
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
+        // Every service under test speaks mutual TLS, with a certificate of the test CA.
+        let tls = sagaworks_test_support::certs::tls(name);
+        command
+            .env("APP_TLS__CA_FILE", &tls.ca_file)
+            .env("APP_TLS__CERT_FILE", &tls.cert_file)
+            .env("APP_TLS__KEY_FILE", &tls.key_file);
         for (key, value) in env {
             command.env(key, value);
         }
@@ -108,7 +114,7 @@ impl ServiceProcess {
     }
 
     pub fn grpc_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.grpc_port)
+        format!("https://127.0.0.1:{}", self.grpc_port)
     }
 
     /// Waits until `/health/ready` answers 200; panics if the process exits first.

@@ -37,6 +37,9 @@ pub struct ServiceEntry {
     pub topics: Vec<String>,
     #[serde(default)]
     pub calls: Vec<String>,
+    /// Per service it calls, the gRPC methods it calls (the callee's allow-list).
+    #[serde(default)]
+    pub rpcs: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

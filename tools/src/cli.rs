@@ -89,6 +89,30 @@ Examples:
   sagaworks-tools check --fixture fixture.json --accepted accepted.txt --settle-secs 120 \\
       --brokers 127.0.0.1:9092 --kills kills.txt --min-accepted 100 --min-cancelled 1")]
     Check(CheckArgs),
+
+    /// Write a development CA and a certificate per service (mutual TLS between them).
+    #[command(after_long_help = "\
+Writes <dir>/ca.pem and, per service, <dir>/<service>.pem and <dir>/<service>-key.pem:
+the identity spiffe://<trust domain>/<service>, DNS names <service> and localhost, IP
+127.0.0.1. A service reads them with APP_TLS__CA_FILE, APP_TLS__CERT_FILE and
+APP_TLS__KEY_FILE. For development and tests only: the CA's key is not kept, so the
+set is made again as a whole (scripts/dev-up does when a service has no certificate).
+
+Examples:
+  sagaworks-tools dev-certs .dev/certs order inventory payment gateway")]
+    DevCerts(DevCertsArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DevCertsArgs {
+    /// Where to write the files (created; existing files are replaced).
+    pub dir: PathBuf,
+    /// The services to issue certificates for.
+    #[arg(required = true)]
+    pub services: Vec<String>,
+    /// The SPIFFE trust domain of the identities.
+    #[arg(long, default_value = "sagaworks")]
+    pub trust_domain: String,
 }
 
 /// The gateway and its credentials (`seed`, `load`).

@@ -2,6 +2,7 @@
 
 use clap::Parser;
 use sagaworks_config::KafkaSettings;
+use sagaworks_mtls::dev_ca::DevCa;
 use sagaworks_tools::check::coverage::{Kill, Minimums};
 use sagaworks_tools::check::{self, Verdict};
 use sagaworks_tools::cli::{CheckArgs, Cli, Command, GatewayArgs, LoadArgs, SeedArgs};
@@ -282,6 +283,21 @@ async fn run_check(args: CheckArgs) -> Result<ExitCode, ToolError> {
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+fn dev_certs(args: &sagaworks_tools::cli::DevCertsArgs) -> Result<ExitCode, ToolError> {
+    if let Some(bad) = args.services.iter().find(|s| {
+        !s.starts_with(|c: char| c.is_ascii_lowercase())
+            || !s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    }) {
+        return Err(ToolError::Usage(format!("{bad:?} is not a service name ([a-z][a-z0-9]*)")));
+    }
+    let ca = DevCa::new("sagaworks development CA").map_err(|e| ToolError::Usage(e.to_string()))?;
+    let services: Vec<&str> = args.services.iter().map(String::as_str).collect();
+    ca.write(&args.dir, &services, &args.trust_domain)
+        .map_err(|e| ToolError::Usage(format!("cannot write {}: {e}", args.dir.display())))?;
+    println!("wrote a development CA and certificates for {} to {}", services.join(", "), args.dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     // Usage errors (and --help, --version) exit here: 2 with clap's message, or 0.
@@ -290,6 +306,7 @@ async fn main() -> ExitCode {
         Command::Seed(args) => seed(args).await,
         Command::Load(args) => run_load(args).await,
         Command::Check(args) => run_check(args).await,
+        Command::DevCerts(args) => dev_certs(&args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("sagaworks-tools: {e}");

@@ -62,8 +62,96 @@ where
     Ok(builder.build()?.try_deserialize()?)
 }
 
-/// A PostgreSQL database owned by one service.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// Where a service runs (`environment`, `APP_ENVIRONMENT`). In `production` a service
+/// refuses, at start-up, every setting that is only safe on a developer's machine (TLS
+/// off, fault injection, the development JWT secret, ...; docs/security.md lists them).
+///
+/// The default is `development` in a debug build and `production` in a release build,
+/// so the release images are strict unless told otherwise; `scripts/dev-up` and the
+/// compose file, which run release builds locally, set `development`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Environment {
+    Development,
+    Production,
+}
+
+impl Default for Environment {
+    fn default() -> Self {
+        if cfg!(debug_assertions) { Self::Development } else { Self::Production }
+    }
+}
+
+impl std::fmt::Display for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Development => "development",
+            Self::Production => "production",
+        })
+    }
+}
+
+/// A setting refused with `environment = production`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting} is refused with environment = production (APP_ENVIRONMENT): {why}")]
+pub struct Unsafe {
+    /// The setting, as its config key (`tls.cert_file`, `fault.enabled`).
+    pub setting: &'static str,
+    pub why: &'static str,
+}
+
+impl Environment {
+    /// `Err(Unsafe)` for the first of `checks` whose condition holds, in production;
+    /// always `Ok` in development. `checks`: (unsafe?, setting, why).
+    pub fn refuse(self, checks: &[(bool, &'static str, &'static str)]) -> Result<(), Unsafe> {
+        if self == Self::Development {
+            return Ok(());
+        }
+        match checks.iter().find(|(bad, ..)| *bad) {
+            Some((_, setting, why)) => Err(Unsafe { setting, why }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What a secret shows as in `Debug` (settings are logged at start-up).
+pub const REDACTED: &str = "[REDACTED]";
+
+/// `url` with the password of its user info (`user:password@`) and any `password=`
+/// query parameter replaced by [`REDACTED`].
+pub fn redact_url(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let rest = scheme_end + 3;
+        let authority_end = out[rest..].find(['/', '?']).map_or(out.len(), |i| rest + i);
+        if let Some(at) = out[rest..authority_end].rfind('@').map(|i| rest + i)
+            && let Some(colon) = out[rest..at].find(':').map(|i| rest + i)
+        {
+            out.replace_range(colon + 1..at, REDACTED);
+        }
+    }
+    if let Some(query) = out.find('?') {
+        let (head, tail) = out.split_at(query + 1);
+        let params: Vec<String> = tail
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}={REDACTED}"),
+                _ => p.to_owned(),
+            })
+            .collect();
+        out = format!("{head}{}", params.join("&"));
+    }
+    out
+}
+
+/// Whether a librdkafka property may hold a secret (its value is redacted in `Debug`).
+pub fn is_secret_property(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["password", "secret", "jaas", "key", "token", "credential"].iter().any(|s| key.contains(s))
+}
+
+/// A PostgreSQL database owned by one service. `Debug` redacts the URL's password.
+#[derive(Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct DatabaseSettings {
     /// `postgres://role@host:port/dbname`.
@@ -87,6 +175,19 @@ pub struct DatabaseSettings {
     pub migrate: bool,
 }
 
+impl std::fmt::Debug for DatabaseSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseSettings")
+            .field("url", &redact_url(&self.url))
+            .field("max_connections", &self.max_connections)
+            .field("acquire_timeout_ms", &self.acquire_timeout_ms)
+            .field("test_before_acquire", &self.test_before_acquire)
+            .field("plan_cache_mode", &self.plan_cache_mode)
+            .field("migrate", &self.migrate)
+            .finish()
+    }
+}
+
 impl Default for DatabaseSettings {
     fn default() -> Self {
         Self {
@@ -100,8 +201,9 @@ impl Default for DatabaseSettings {
     }
 }
 
-/// Connection to the Kafka cluster (any Kafka-protocol broker).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// Connection to the Kafka cluster (any Kafka-protocol broker). `Debug` redacts the
+/// values of the properties that may hold secrets ([`is_secret_property`]).
+#[derive(Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct KafkaSettings {
     /// Comma-separated `host:port` list (`bootstrap.servers`).
@@ -110,6 +212,21 @@ pub struct KafkaSettings {
     pub topic_prefix: String,
     /// Extra librdkafka properties, e.g. security settings.
     pub properties: std::collections::BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for KafkaSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let properties: std::collections::BTreeMap<&str, &str> = self
+            .properties
+            .iter()
+            .map(|(k, v)| (k.as_str(), if is_secret_property(k) { REDACTED } else { v.as_str() }))
+            .collect();
+        f.debug_struct("KafkaSettings")
+            .field("brokers", &self.brokers)
+            .field("topic_prefix", &self.topic_prefix)
+            .field("properties", &properties)
+            .finish()
+    }
 }
 
 impl Default for KafkaSettings {
@@ -169,6 +286,29 @@ impl Default for TelemetrySettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_shows_no_password_and_no_secret_kafka_property() {
+        let db = DatabaseSettings {
+            url: "postgres://order_svc:s3cr3t@db:5432/sagaworks_order?sslmode=require&password=other".into(),
+            ..Default::default()
+        };
+        let shown = format!("{db:?}");
+        assert!(!shown.contains("s3cr3t") && !shown.contains("other"), "{shown}");
+        assert!(
+            shown.contains("postgres://order_svc:[REDACTED]@db:5432/sagaworks_order?sslmode=require"),
+            "{shown}"
+        );
+        assert_eq!(redact_url("postgres://order_svc@db/x"), "postgres://order_svc@db/x", "no password");
+
+        let mut kafka = KafkaSettings::default();
+        kafka.properties.insert("sasl.password".into(), "hunter2".into());
+        kafka.properties.insert("sasl.jaas.config".into(), "x password=\"hunter3\"".into());
+        kafka.properties.insert("security.protocol".into(), "SASL_SSL".into());
+        let shown = format!("{kafka:?}");
+        assert!(!shown.contains("hunter2") && !shown.contains("hunter3"), "{shown}");
+        assert!(shown.contains("SASL_SSL"), "other properties stay readable: {shown}");
+    }
 
     #[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
     #[serde(default)]

@@ -85,20 +85,42 @@ impl tower::Service<Request<Body>> for ResilientChannel {
 
 /// Builds the channel for downstream `name` (used in metrics and logs). Connects lazily.
 ///
+/// With `tls` (this service's identity), every connection is mutual TLS: the URLs must be
+/// `https://`, the server must show a certificate of the CA for the DNS name `name`, and
+/// this service shows its own. Without, the URLs must be `http://` (development only).
+///
 /// With several URLs (replicas of the downstream), each attempt picks a replica:
 /// power of two choices, leaving out those that could not be connected to lately
 /// ([`crate::replicas`]). The stack above (breaker, bulkhead, retry budget) is the
 /// downstream's, shared by its replicas; a retried attempt picks again.
-pub fn channel(name: &'static str, settings: &ClientSettings) -> Result<ResilientChannel, ResilienceError> {
+pub fn channel(
+    name: &'static str,
+    settings: &ClientSettings,
+    tls: Option<&sagaworks_mtls::Identity>,
+) -> Result<ResilientChannel, ResilienceError> {
     settings.validate()?;
+    let scheme = if tls.is_some() { "https://" } else { "http://" };
     let endpoints = settings
         .urls()
         .into_iter()
         .map(|url| {
-            tonic::transport::Endpoint::from_shared(url.to_owned())
-                .map_err(|e| ResilienceError::InvalidUrl { url: url.to_owned(), reason: e.to_string() })
+            let invalid = |reason: String| ResilienceError::InvalidUrl { url: url.to_owned(), reason };
+            if !url.starts_with(scheme) {
+                return Err(invalid(format!(
+                    "must start with {scheme} (TLS is {})",
+                    if tls.is_some() { "on" } else { "off" }
+                )));
+            }
+            let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
+                .map_err(|e| invalid(e.to_string()))?
                 // No `Endpoint::timeout`: the stack's timeout layer bounds every attempt.
-                .map(|e| e.connect_timeout(Duration::from_millis(settings.connect_timeout_ms)))
+                .connect_timeout(Duration::from_millis(settings.connect_timeout_ms));
+            match tls {
+                Some(identity) => {
+                    endpoint.tls_config(identity.client_tls(name)).map_err(|e| invalid(e.to_string()))
+                }
+                None => Ok(endpoint),
+            }
         })
         .collect::<Result<Vec<_>, _>>()?;
     match endpoints.as_slice() {
@@ -359,11 +381,15 @@ mod tests {
     fn invalid_settings_and_urls_are_typed_errors() {
         let bad = ClientSettings { timeout_ms: 0, ..Default::default() };
         assert!(matches!(
-            channel("inventory", &bad),
+            channel("inventory", &bad, None),
             Err(ResilienceError::InvalidSetting { key: "timeout_ms", .. })
         ));
         let bad = ClientSettings::with_url("not a url");
-        assert!(matches!(channel("inventory", &bad), Err(ResilienceError::InvalidUrl { .. })));
+        assert!(matches!(channel("inventory", &bad, None), Err(ResilienceError::InvalidUrl { .. })));
+        // Without TLS an https URL, with TLS an http one, would not be what the operator meant.
+        let https = ClientSettings::with_url("https://127.0.0.1:50052");
+        let err = channel("inventory", &https, None).unwrap_err();
+        assert!(err.to_string().contains("must start with http://"), "{err}");
     }
 
     #[test]

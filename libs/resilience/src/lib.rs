@@ -3,7 +3,7 @@
 //! A service gets a resilient client in one line per downstream:
 //!
 //! ```ignore
-//! let inventory = InventoryServiceClient::new(sagaworks_resilience::channel("inventory", &settings.inventory)?);
+//! let inventory = InventoryServiceClient::new(sagaworks_resilience::channel("inventory", &settings.inventory, identity.as_ref())?);
 //! ```
 //!
 //! Build the channel once at startup and clone it (or the client) into every caller:

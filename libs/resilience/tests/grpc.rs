@@ -123,7 +123,7 @@ async fn get(channel: &ResilientChannel, product: &str) -> Result<Product, Statu
 async fn unavailable_is_retried_until_the_server_answers() {
     let (l, addr) = listener().await;
     let server = serve(l, 2).await;
-    let channel = channel("inventory", &settings(addr)).unwrap();
+    let channel = channel("inventory", &settings(addr), None).unwrap();
     let product = get(&channel, "p1").await.expect("third attempt succeeds");
     assert_eq!(product.id, "p1");
     assert_eq!(server.calls.load(Ordering::SeqCst), 3);
@@ -134,7 +134,7 @@ async fn unavailable_is_retried_until_the_server_answers() {
 async fn a_business_error_comes_back_once_and_unmarked() {
     let (l, addr) = listener().await;
     let server = serve(l, 0).await;
-    let channel = channel("inventory", &settings(addr)).unwrap();
+    let channel = channel("inventory", &settings(addr), None).unwrap();
     for _ in 0..6 {
         let status = get(&channel, "missing").await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::NotFound);
@@ -155,7 +155,7 @@ async fn an_unanswered_call_is_cut_by_the_route_timeout() {
     let mut s = settings(addr);
     s.retry.max_attempts = 2;
     s.routes.insert("GetStock".into(), 100);
-    let channel = channel("inventory", &s).unwrap();
+    let channel = channel("inventory", &s, None).unwrap();
     // The server never answers `hold`: that the call returns at all is the timeout's doing.
     let status = tokio::time::timeout(HANG, get(&channel, "hold"))
         .await
@@ -172,7 +172,7 @@ async fn a_dead_server_opens_the_breaker_which_closes_via_half_open_when_it_is_b
     // Reserve a port, then leave nothing listening on it.
     let (l, addr) = listener().await;
     drop(l);
-    let channel = channel("inventory", &settings(addr)).unwrap();
+    let channel = channel("inventory", &settings(addr), None).unwrap();
 
     let mut calls = 0;
     while channel.breaker_state() != CircuitState::Open {
@@ -218,7 +218,7 @@ async fn calls_are_balanced_over_the_replicas_named_in_the_url() {
     let (one, two) = (serve(l1, 0).await, serve(l2, 0).await);
     let s = ClientSettings { url: format!("http://{a1}, http://{a2},"), ..settings(a1) };
     assert_eq!(s.urls().len(), 2, "blanks and the empty part are dropped");
-    let channel = channel("inventory", &s).unwrap();
+    let channel = channel("inventory", &s, None).unwrap();
     for i in 0..200 {
         get(&channel, &format!("p{i}")).await.expect("answered by a replica");
     }
@@ -235,7 +235,7 @@ async fn a_replica_that_is_down_leaves_the_calls_to_the_others() {
     drop(l2); // nothing listens at a2: its connections are refused
     let one = serve(l1, 0).await;
     let s = ClientSettings { url: format!("http://{a1},http://{a2}"), ..settings(a1) };
-    let channel = channel("inventory", &s).unwrap();
+    let channel = channel("inventory", &s, None).unwrap();
     for i in 0..50 {
         get(&channel, &format!("p{i}")).await.expect("the live replica answers");
     }
@@ -245,6 +245,6 @@ async fn a_replica_that_is_down_leaves_the_calls_to_the_others() {
 #[test]
 fn a_url_list_without_a_url_is_a_setting_error_not_a_panic() {
     let s = ClientSettings { url: " , ".into(), ..Default::default() };
-    let err = sagaworks_resilience::channel("inventory", &s).unwrap_err();
+    let err = sagaworks_resilience::channel("inventory", &s, None).unwrap_err();
     assert!(err.to_string().contains("no URL"), "{err}");
 }

@@ -50,7 +50,7 @@ async fn breaker_transitions_and_rejections_are_events_on_the_callers_span() {
         breaker: BreakerSettings { sliding_window_size: 2, minimum_calls: 2, ..Default::default() },
         ..Default::default()
     };
-    let mut client = InventoryServiceClient::new(channel("inventory", &settings).unwrap());
+    let mut client = InventoryServiceClient::new(channel("inventory", &settings, None).unwrap());
     for _ in 0..3 {
         let call = client.get_stock(GetStockRequest { product_id: "p".into() });
         assert!(call.instrument(tracing::info_span!("place_order")).await.is_err());

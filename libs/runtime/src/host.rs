@@ -4,13 +4,14 @@
 //! listeners), then hands it its gRPC routes, readiness checks and background
 //! tasks (outbox relay, consumers, saga workers). All of them stop on the
 //! same shutdown token; the first one to fail stops the rest.
-//! [`ServiceHost::with_faults`] turns on fault injection (tests only, see [`crate::fault`]).
+//! `fault.enabled` turns on fault injection (tests only, see [`crate::fault`]).
 
 use crate::db::{self, DbError};
 use crate::fault::{FaultInjector, FaultSettings};
 use crate::health::{DbCheck, Readiness};
 use futures::future::BoxFuture;
-use sagaworks_config::{DatabaseSettings, ListenSettings};
+use sagaworks_config::{DatabaseSettings, Environment, ListenSettings};
+use sagaworks_mtls::{Identity, Policy, TlsSettings};
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
 use tokio::net::TcpListener;
@@ -30,8 +31,25 @@ pub enum HostError {
     Grpc(#[from] tonic::transport::Error),
     #[error("HTTP server failed: {0}")]
     Http(#[source] std::io::Error),
+    #[error(transparent)]
+    Unsafe(#[from] sagaworks_config::Unsafe),
+    #[error(transparent)]
+    Tls(#[from] sagaworks_mtls::TlsError),
+    #[error(transparent)]
+    Policy(#[from] sagaworks_mtls::PolicyError),
     #[error("background task {name} failed: {source}")]
     Task { name: &'static str, source: TaskError },
+}
+
+/// The settings [`ServiceHost::build`] reads, borrowed from a service's own.
+#[derive(Debug, Clone, Copy)]
+pub struct HostSettings<'a> {
+    pub environment: Environment,
+    pub database: &'a DatabaseSettings,
+    pub grpc: &'a ListenSettings,
+    pub http: &'a ListenSettings,
+    pub tls: &'a TlsSettings,
+    pub fault: &'a FaultSettings,
 }
 
 pub struct ServiceHost {
@@ -39,6 +57,7 @@ pub struct ServiceHost {
     grpc: TcpListener,
     http: TcpListener,
     faults: Option<FaultInjector>,
+    identity: Option<Identity>,
     name: &'static str,
 }
 
@@ -55,27 +74,46 @@ pub async fn migrate_only(
 }
 
 impl ServiceHost {
-    /// Creates the pool, applies `migrators` (when `database.migrate`), binds both
-    /// ports. `name` labels the service's request metrics.
+    /// Refuses what `settings.environment` does not allow, loads the TLS identity
+    /// (`tls`, see [`sagaworks_mtls`]), creates the pool, applies `migrators` (when
+    /// `database.migrate`), binds both ports, and turns fault injection on when
+    /// `fault.enabled` ([`crate::fault`]). `name` is the service's name in services.toml
+    /// (its allow-list, its certificate's identity) and labels its request metrics.
     pub async fn build(
         name: &'static str,
-        database: &DatabaseSettings,
+        settings: HostSettings<'_>,
         mut migrators: Vec<Migrator>,
-        grpc: &ListenSettings,
-        http: &ListenSettings,
     ) -> Result<Self, HostError> {
+        let HostSettings { environment, database, grpc, http, tls, fault } = settings;
+        environment.refuse(&[
+            (!tls.enabled(), "tls", "the gRPC port would be plaintext and admit any caller; set tls.ca_file, tls.cert_file and tls.key_file"),
+            (fault.enabled, "fault.enabled", "/fault lets anyone who reaches the HTTP port fail or slow down every gRPC call"),
+        ])?;
         // Before anything records a metric, so nothing recorded is lost.
         crate::metrics::handle();
+        let identity = Identity::load(tls, name)?;
+        if identity.is_none() {
+            tracing::warn!("tls is off: the gRPC port is plaintext and admits any caller (development only)");
+        }
+        // Checked before anything else starts: a broken allow-list is a build error, in effect.
+        Policy::for_service(name)?;
         let pool = db::pool(database)?;
         if database.migrate {
             db::migrate(&pool, &mut migrators).await?;
         }
-        Ok(Self { pool, grpc: listen(grpc).await?, http: listen(http).await?, faults: None, name })
+        let host =
+            Self { pool, grpc: listen(grpc).await?, http: listen(http).await?, faults: None, identity, name };
+        Ok(host.with_faults(fault))
+    }
+
+    /// This service's TLS identity, for its own gRPC clients; `None` when TLS is off.
+    pub fn identity(&self) -> Option<&Identity> {
+        self.identity.as_ref()
     }
 
     /// With `fault.enabled`, the gRPC routes get the fault layer and the HTTP port
     /// serves `/fault` ([`crate::fault`]); otherwise nothing changes. Test use only.
-    pub fn with_faults(mut self, fault: &FaultSettings) -> Self {
+    fn with_faults(mut self, fault: &FaultSettings) -> Self {
         if fault.enabled {
             tracing::warn!("fault injection is enabled: PUT /fault can slow down or fail gRPC calls");
             self.faults = Some(FaultInjector::new());
@@ -119,7 +157,11 @@ impl ServiceHost {
         let servers = async {
             tokio::try_join!(
                 async {
-                    crate::serve::grpc(self.name, self.grpc, routes, shutdown.clone())
+                    let tls = match &self.identity {
+                        Some(identity) => Some((identity, Policy::for_service(self.name)?)),
+                        None => None,
+                    };
+                    crate::serve::grpc(self.name, self.grpc, routes, tls, shutdown.clone())
                         .await
                         .map_err(HostError::from)
                 },

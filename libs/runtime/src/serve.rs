@@ -8,6 +8,7 @@
 //! with Nagle, 16 ms without.
 
 use axum::serve::{Listener, ListenerExt};
+use sagaworks_mtls::{AuthorizeLayer, Identity, Policy};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
@@ -24,14 +25,26 @@ pub async fn http(
 /// Serves gRPC `routes` until `shutdown`, then drains in-flight calls. Every
 /// call gets a server span continuing the caller's W3C trace context, and is
 /// counted in `rpc_server_duration_seconds{service = name}`.
+///
+/// With `tls`, the port speaks mutual TLS only (a caller without a certificate of the
+/// CA does not get past the handshake), and every call is checked against `policy`
+/// (the caller's identity may call that method) before it reaches `routes`.
 pub async fn grpc(
     name: &'static str,
     listener: TcpListener,
     routes: tonic::service::Routes,
+    tls: Option<(&Identity, Policy)>,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
-    tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    let mut authorize = None;
+    if let Some((identity, policy)) = tls {
+        server = server.tls_config(identity.server_tls())?;
+        authorize = Some(AuthorizeLayer::new(policy, identity.trust_domain()));
+    }
+    server
         .layer(sagaworks_telemetry::grpc::ServerTraceLayer::new(name))
+        .layer(tower::util::option_layer(authorize))
         .add_routes(routes)
         .serve_with_incoming_shutdown(grpc_incoming(listener), shutdown.cancelled_owned())
         .await

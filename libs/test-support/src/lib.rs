@@ -10,12 +10,15 @@
 //!   like a process (`kill -9`) or stopped gracefully; services plug in through [`App`].
 //! * [`otlp::OtlpReceiver`] — an in-process OTLP receiver; [`jaeger::Tracing`] —
 //!   the real Collector and Jaeger as processes, read back over Jaeger's API.
+//! * [`certs`] — a development CA per test process: every service under test gets
+//!   its certificate for mutual TLS from it.
 //! * [`free_port`], [`init_logs`], [`eventually`], [`watch_runtime`].
 //!
 //! Nothing here skips: when Postgres or the broker binary is missing the
 //! helper panics with what to install, so a test can only pass for real.
 
 mod broker;
+pub mod certs;
 mod database;
 pub mod jaeger;
 pub mod otlp;

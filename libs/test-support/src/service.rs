@@ -94,8 +94,10 @@ impl Running {
         self.kill();
     }
 
+    /// The gRPC URL of a service started with TLS ([`crate::certs::tls`]), as every
+    /// service under test is.
     pub fn grpc_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.grpc_port)
+        format!("https://127.0.0.1:{}", self.grpc_port)
     }
 }
 

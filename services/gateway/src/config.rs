@@ -1,7 +1,9 @@
 //! Gateway settings: defaults for local development, overridden by the file
 //! named in `APP_CONFIG_FILE` and `APP_*` variables (see `sagaworks_config`).
 
+pub use sagaworks_config::Environment;
 use sagaworks_config::{ListenSettings, TelemetrySettings};
+use sagaworks_mtls::TlsSettings;
 use sagaworks_resilience::ClientSettings;
 use secrecy::SecretString;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -12,6 +14,8 @@ pub struct Settings {
     /// Where the gateway runs (APP_ENVIRONMENT): outside `development` it
     /// refuses the development secret and other unsafe shortcuts at start-up.
     pub environment: Environment,
+    /// Its certificate for mutual TLS to the services (`sagaworks_mtls`).
+    pub tls: TlsSettings,
     /// The public REST API, health and metrics.
     pub http: ListenSettings,
     pub telemetry: TelemetrySettings,
@@ -31,6 +35,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             environment: Environment::default(),
+            tls: TlsSettings::default(),
             http: ListenSettings::new("127.0.0.1", 8080),
             telemetry: TelemetrySettings::default(),
             order: ClientSettings::with_url("http://127.0.0.1:50051"),
@@ -75,23 +80,6 @@ impl Default for ApiSettings {
 /// docker-compose and tests) accepts the development JWT secret; `production`
 /// (the k8s prod overlay) refuses it, an HS256 secret shorter than
 /// [`MIN_JWT_SECRET_BYTES`], and `auth.enabled = false`.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum Environment {
-    #[default]
-    Development,
-    Production,
-}
-
-impl std::fmt::Display for Environment {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Development => "development",
-            Self::Production => "production",
-        })
-    }
-}
-
 /// The shortest HS256 secret accepted outside development (RFC 7518 3.2: a
 /// key at least as long as the hash output, 256 bits).
 pub const MIN_JWT_SECRET_BYTES: usize = 32;
@@ -124,11 +112,15 @@ pub struct AuthSettings {
     /// them again (key rotation), at most once per this interval (10 s), so
     /// unknown-`kid` tokens cannot flood the identity provider.
     pub jwks_unknown_kid_refetch_ms: u64,
-    /// Required `iss`, if set.
+    /// Required `iss`, if set; production refuses to start without it.
     pub issuer: Option<String>,
-    /// Required `aud`, if set.
+    /// Required `aud`, if set; production refuses to start without it.
     pub audience: Option<String>,
-    /// The entry of the token's `roles` array that grants the admin endpoints.
+    /// The claim holding the caller's roles (an array of strings): `roles`, or a
+    /// namespaced one such as `https://sagaworks.example/roles` where the identity
+    /// provider's tokens carry roles of several applications.
+    pub roles_claim: String,
+    /// The entry of the roles claim that grants the admin endpoints.
     pub admin_role: String,
     /// Clock skew tolerated on `exp` and `nbf`.
     pub leeway_secs: u64,
@@ -145,6 +137,7 @@ impl Default for AuthSettings {
             jwks_unknown_kid_refetch_ms: 10_000,
             issuer: None,
             audience: None,
+            roles_claim: "roles".into(),
             admin_role: "admin".into(),
             leeway_secs: 30,
         }
@@ -163,6 +156,7 @@ impl std::fmt::Debug for AuthSettings {
             .field("jwks_unknown_kid_refetch_ms", &self.jwks_unknown_kid_refetch_ms)
             .field("issuer", &self.issuer)
             .field("audience", &self.audience)
+            .field("roles_claim", &self.roles_claim)
             .field("admin_role", &self.admin_role)
             .field("leeway_secs", &self.leeway_secs)
             .finish()

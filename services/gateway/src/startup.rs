@@ -30,6 +30,10 @@ pub enum StartupError {
     Bind { address: String, source: std::io::Error },
     #[error("invalid client settings: {0}")]
     Client(#[from] sagaworks_resilience::ResilienceError),
+    #[error(transparent)]
+    Unsafe(#[from] sagaworks_config::Unsafe),
+    #[error(transparent)]
+    Tls(#[from] sagaworks_mtls::TlsError),
     #[error("invalid [auth] settings: {0}")]
     Auth(#[from] crate::auth::keys::ConfigError),
     #[error("invalid [rate_limit] settings: {0}")]
@@ -87,17 +91,28 @@ impl Application {
         let listener = sagaworks_runtime::bind(&settings.http)
             .await
             .map_err(|source| StartupError::Bind { address: settings.http.address(), source })?;
+        settings.environment.refuse(&[(
+            !settings.tls.enabled(),
+            "tls",
+            "the calls to the services would be plaintext, and they would refuse them; set tls.ca_file, tls.cert_file and tls.key_file",
+        )])?;
+        let identity = sagaworks_mtls::Identity::load(&settings.tls, "gateway")?;
+        let tls = identity.as_ref();
         let traced = ClientTraceLayer::new("gateway");
-        let order = traced.layer(sagaworks_resilience::channel("order", &settings.order)?);
+        let order = traced.layer(sagaworks_resilience::channel("order", &settings.order, tls)?);
         let state = AppState {
             order: OrderServiceClient::new(order.clone()),
             dead_letters: DeadLetterServiceClient::new(order),
-            inventory: InventoryServiceClient::new(
-                traced.layer(sagaworks_resilience::channel("inventory", &settings.inventory)?),
-            ),
-            payment: PaymentServiceClient::new(
-                traced.layer(sagaworks_resilience::channel("payment", &settings.payment)?),
-            ),
+            inventory: InventoryServiceClient::new(traced.layer(sagaworks_resilience::channel(
+                "inventory",
+                &settings.inventory,
+                tls,
+            )?)),
+            payment: PaymentServiceClient::new(traced.layer(sagaworks_resilience::channel(
+                "payment",
+                &settings.payment,
+                tls,
+            )?)),
             settings: settings.api.clone(),
             auth,
             limiter,

@@ -1,14 +1,21 @@
 //! Inventory settings: defaults for local development, overridden by the file
 //! named in `APP_CONFIG_FILE` and `APP_*` variables (see `sagaworks_config`).
 
-use sagaworks_config::{DatabaseSettings, KafkaSettings, ListenSettings, TelemetrySettings};
+use sagaworks_config::{DatabaseSettings, Environment, KafkaSettings, ListenSettings, TelemetrySettings};
+use sagaworks_mtls::TlsSettings;
 use sagaworks_outbox::{ConsumerSettings, RelaySettings};
 use sagaworks_runtime::fault::FaultSettings;
+use sagaworks_runtime::host::HostSettings;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Settings {
+    /// Where it runs (`APP_ENVIRONMENT`): `production` refuses TLS off and `/fault`
+    /// (see `sagaworks_config::Environment`; default: production in a release build).
+    pub environment: Environment,
+    /// Its certificate for mutual TLS on gRPC, both ways (`sagaworks_mtls`).
+    pub tls: TlsSettings,
     pub grpc: ListenSettings,
     /// Health, readiness and metrics.
     pub http: ListenSettings,
@@ -26,6 +33,8 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
+            environment: Environment::default(),
+            tls: TlsSettings::default(),
             grpc: ListenSettings::new("127.0.0.1", 50052),
             http: ListenSettings::new("127.0.0.1", 8082),
             database: DatabaseSettings {
@@ -46,6 +55,20 @@ impl Default for Settings {
                 batch_wait_ms: 50,
                 ..Default::default()
             },
+        }
+    }
+}
+
+impl Settings {
+    /// What the service host reads ([`sagaworks_runtime::host::ServiceHost::build`]).
+    pub fn host(&self) -> HostSettings<'_> {
+        HostSettings {
+            environment: self.environment,
+            database: &self.database,
+            grpc: &self.grpc,
+            http: &self.http,
+            tls: &self.tls,
+            fault: &self.fault,
         }
     }
 }

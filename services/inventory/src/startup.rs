@@ -38,10 +38,7 @@ impl Application {
     /// Connects, migrates and binds both ports (0 = any free port).
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let migrations = migrators();
-        let host =
-            ServiceHost::build("inventory", &settings.database, migrations, &settings.grpc, &settings.http)
-                .await?
-                .with_faults(&settings.fault);
+        let host = ServiceHost::build("inventory", settings.host(), migrations).await?;
         Ok(Self { settings, host })
     }
 

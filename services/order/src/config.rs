@@ -1,16 +1,23 @@
 //! Order settings: defaults for local development, overridden by the file
 //! named in `APP_CONFIG_FILE` and `APP_*` variables (see `sagaworks_config`).
 
-use sagaworks_config::{DatabaseSettings, KafkaSettings, ListenSettings, TelemetrySettings};
+use sagaworks_config::{DatabaseSettings, Environment, KafkaSettings, ListenSettings, TelemetrySettings};
+use sagaworks_mtls::TlsSettings;
 use sagaworks_outbox::{ConsumerSettings, DeadLetterSettings, RelaySettings};
 use sagaworks_resilience::ClientSettings;
 use sagaworks_runtime::fault::FaultSettings;
+use sagaworks_runtime::host::HostSettings;
 use sagaworks_saga::SagaSettings;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Settings {
+    /// Where it runs (`APP_ENVIRONMENT`): `production` refuses TLS off and `/fault`
+    /// (see `sagaworks_config::Environment`; default: production in a release build).
+    pub environment: Environment,
+    /// Its certificate for mutual TLS on gRPC, both ways (`sagaworks_mtls`).
+    pub tls: TlsSettings,
     pub grpc: ListenSettings,
     /// Health, readiness and metrics.
     pub http: ListenSettings,
@@ -37,6 +44,8 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
+            environment: Environment::default(),
+            tls: TlsSettings::default(),
             grpc: ListenSettings::new("127.0.0.1", 50051),
             http: ListenSettings::new("127.0.0.1", 8081),
             database: DatabaseSettings {
@@ -64,6 +73,20 @@ impl Default for Settings {
                 topics: vec!["order", "reservation", "payment"].into_iter().map(String::from).collect(),
                 ..Default::default()
             },
+        }
+    }
+}
+
+impl Settings {
+    /// What the service host reads ([`sagaworks_runtime::host::ServiceHost::build`]).
+    pub fn host(&self) -> HostSettings<'_> {
+        HostSettings {
+            environment: self.environment,
+            database: &self.database,
+            grpc: &self.grpc,
+            http: &self.http,
+            tls: &self.tls,
+            fault: &self.fault,
         }
     }
 }

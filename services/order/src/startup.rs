@@ -50,12 +50,9 @@ impl Application {
     /// Connects, migrates and binds both ports (0 = any free port).
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let migrations = migrators();
-        let host =
-            ServiceHost::build("order", &settings.database, migrations, &settings.grpc, &settings.http)
-                .await?
-                .with_faults(&settings.fault);
-        let inventory = sagaworks_resilience::channel("inventory", &settings.inventory)?;
-        let payment = sagaworks_resilience::channel("payment", &settings.payment)?;
+        let host = ServiceHost::build("order", settings.host(), migrations).await?;
+        let inventory = sagaworks_resilience::channel("inventory", &settings.inventory, host.identity())?;
+        let payment = sagaworks_resilience::channel("payment", &settings.payment, host.identity())?;
         let saga =
             Engine::new(host.pool().clone(), saga::definition(inventory, payment), settings.saga.clone())?;
         Ok(Self { settings, host, saga })

@@ -236,6 +236,11 @@ pub async fn refund(
             lock_payment(conn, payment_id).await?.ok_or(sqlx::Error::RowNotFound)?
         }
     };
+    // The payment id is the saga id, which customers see: a refund must also name the
+    // order the payment is for, so knowing an id is not enough to refund it.
+    if payment.order_id != order_id {
+        return Err(Error::Mismatch(payment_id));
+    }
     if payment.status != PaymentStatus::Charged {
         return Ok(payment);
     }

@@ -1,7 +1,10 @@
 //! {{Name}} settings: defaults for local development, overridden by the file
 //! named in `APP_CONFIG_FILE` and `APP_*` variables (see `sagaworks_config`).
 
-use sagaworks_config::{DatabaseSettings, KafkaSettings, ListenSettings, TelemetrySettings};
+use sagaworks_config::{DatabaseSettings, Environment, KafkaSettings, ListenSettings, TelemetrySettings};
+use sagaworks_mtls::TlsSettings;
+use sagaworks_runtime::fault::FaultSettings;
+use sagaworks_runtime::host::HostSettings;
 use sagaworks_outbox::{ConsumerSettings, RelaySettings};
 use sagaworks_resilience::ClientSettings;
 use sagaworks_saga::SagaSettings;
@@ -10,6 +13,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Settings {
+    /// Where it runs (`APP_ENVIRONMENT`): `production` refuses TLS off and `/fault`
+    /// (see `sagaworks_config::Environment`; default: production in a release build).
+    pub environment: Environment,
+    /// Its certificate for mutual TLS on gRPC, both ways (`sagaworks_mtls`).
+    pub tls: TlsSettings,
     pub grpc: ListenSettings,
     /// Health, readiness and metrics.
     pub http: ListenSettings,
@@ -25,11 +33,15 @@ pub struct Settings {
     /// How the example saga is driven (leases, deadlines, retries; `max_wait_ms`:
     /// how long `CreateItem` waits for it).
     pub saga: SagaSettings,
+    /// Fault injection (`PUT /fault` on the HTTP port) for tests; off by default, refused in production.
+    pub fault: FaultSettings,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
+            environment: Environment::default(),
+            tls: TlsSettings::default(),
             grpc: ListenSettings::new("127.0.0.1", {{grpc_port}}),
             http: ListenSettings::new("127.0.0.1", {{http_port}}),
             database: DatabaseSettings {
@@ -46,6 +58,21 @@ impl Default for Settings {
             },
             inventory: ClientSettings::with_url("http://127.0.0.1:50052"),
             saga: SagaSettings::default(),
+            fault: FaultSettings::default(),
+        }
+    }
+}
+
+impl Settings {
+    /// What the service host reads ([`sagaworks_runtime::host::ServiceHost::build`]).
+    pub fn host(&self) -> HostSettings<'_> {
+        HostSettings {
+            environment: self.environment,
+            database: &self.database,
+            grpc: &self.grpc,
+            http: &self.http,
+            tls: &self.tls,
+            fault: &self.fault,
         }
     }
 }

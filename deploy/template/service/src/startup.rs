@@ -48,8 +48,8 @@ impl Application {
     /// Connects, migrates and binds both ports (0 = any free port).
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
         let migrations = migrators();
-        let host = ServiceHost::build("{{name}}", &settings.database, migrations, &settings.grpc, &settings.http).await?;
-        let inventory = sagaworks_resilience::channel("inventory", &settings.inventory)?;
+        let host = ServiceHost::build("{{name}}", settings.host(), migrations).await?;
+        let inventory = sagaworks_resilience::channel("inventory", &settings.inventory, host.identity())?;
         let saga = Engine::new(host.pool().clone(), saga::definition(inventory.clone()), settings.saga.clone())?;
         Ok(Self { settings, host, inventory, saga })
     }

@@ -85,7 +85,7 @@ async fn run_case(case: Case) -> Result<(), String> {
 fn shape() -> Shape {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let _guard = runtime.enter();
-    let inventory = sagaworks_resilience::channel("inventory", &ClientSettings::with_url("http://127.0.0.1:9"))
+    let inventory = sagaworks_resilience::channel("inventory", &ClientSettings::with_url("http://127.0.0.1:9"), None)
         .expect("a lazy channel");
     {{name}}::saga::definition(inventory).shape()
 }

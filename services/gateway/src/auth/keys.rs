@@ -53,6 +53,16 @@ pub enum ConfigError {
          (APP_ENVIRONMENT): turning authentication off is for development only"
     )]
     AuthDisabled { environment: Environment },
+    #[error(
+        "{key} is not set, refused with environment = {environment} (APP_ENVIRONMENT): without it any \
+         token the keys verify is accepted, whoever it was issued for"
+    )]
+    Unbound { key: &'static str, environment: Environment },
+    #[error(
+        "auth.jwks_url (APP_AUTH__JWKS_URL) is not https, refused with environment = {environment} \
+         (APP_ENVIRONMENT): whoever is on the path could hand the gateway their own keys"
+    )]
+    InsecureJwks { environment: Environment },
     #[error("auth.jwks_json is not a JWKS document: {0}")]
     Jwks(#[source] serde_json::Error),
     #[error("auth.jwks_url and auth.jwks_json are both set; choose one")]
@@ -73,11 +83,20 @@ pub enum VerifyError {
 }
 
 /// The claims the gateway reads.
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 pub struct Claims {
     pub sub: String,
-    #[serde(default)]
+    /// The strings of the roles claim (`auth.roles_claim`); none when it is missing or
+    /// not an array (non-string entries are left out).
     pub roles: Vec<String>,
+}
+
+/// A token's claims as decoded: `sub`, and the rest to find the roles claim in.
+#[derive(Deserialize)]
+struct RawClaims {
+    sub: String,
+    #[serde(flatten)]
+    other: serde_json::Map<String, serde_json::Value>,
 }
 
 enum Jwks {
@@ -103,6 +122,7 @@ pub struct Verifier {
     jwks: Option<Jwks>,
     issuer: Option<String>,
     audience: Option<String>,
+    roles_claim: String,
     leeway: u64,
 }
 
@@ -145,11 +165,23 @@ impl Verifier {
         if secret.is_none() && jwks.is_none() {
             return Err(ConfigError::NoKeys);
         }
+        if environment != Environment::Development {
+            if settings.issuer.as_deref().is_none_or(str::is_empty) {
+                return Err(ConfigError::Unbound { key: "auth.issuer (APP_AUTH__ISSUER)", environment });
+            }
+            if settings.audience.as_deref().is_none_or(str::is_empty) {
+                return Err(ConfigError::Unbound { key: "auth.audience (APP_AUTH__AUDIENCE)", environment });
+            }
+            if settings.jwks_url.as_deref().is_some_and(|url| !url.starts_with("https://")) {
+                return Err(ConfigError::InsecureJwks { environment });
+            }
+        }
         Ok(Self {
             secret,
             jwks,
             issuer: settings.issuer.clone(),
             audience: settings.audience.clone(),
+            roles_claim: settings.roles_claim.clone(),
             leeway: settings.leeway_secs,
         })
     }
@@ -183,11 +215,18 @@ impl Verifier {
         }
         validation.set_required_spec_claims(&required);
         let data =
-            decode::<Claims>(token, &key, &validation).map_err(|e| VerifyError::Invalid(describe(&e)))?;
-        if data.claims.sub.is_empty() {
+            decode::<RawClaims>(token, &key, &validation).map_err(|e| VerifyError::Invalid(describe(&e)))?;
+        let RawClaims { sub, other } = data.claims;
+        if sub.is_empty() {
             return Err(invalid("the token has an empty sub"));
         }
-        Ok(data.claims)
+        let roles = match other.get(&self.roles_claim) {
+            Some(serde_json::Value::Array(roles)) => {
+                roles.iter().filter_map(|r| r.as_str().map(str::to_owned)).collect()
+            }
+            _ => Vec::new(),
+        };
+        Ok(Claims { sub, roles })
     }
 
     async fn rsa_key(&self, kid: Option<&str>) -> Result<DecodingKey, VerifyError> {
@@ -295,7 +334,12 @@ mod tests {
 
     #[test]
     fn outside_development_the_dev_secret_and_short_secrets_are_refused() {
-        let with = |secret: &str| AuthSettings { jwt_secret: Some(secret.into()), ..Default::default() };
+        let with = |secret: &str| AuthSettings {
+            jwt_secret: Some(secret.into()),
+            issuer: Some("https://idp.example/".into()),
+            audience: Some("sagaworks".into()),
+            ..Default::default()
+        };
         let dev_secret = with(DEV_ONLY_INSECURE_JWT_SECRET);
         let err = Verifier::new(&dev_secret, PROD).err().expect("the dev secret is refused in production");
         assert!(matches!(err, ConfigError::DevSecret { .. }), "{err}");
@@ -312,8 +356,50 @@ mod tests {
         // Development takes both, and RS256-only production needs no secret.
         assert!(Verifier::new(&dev_secret, DEV).is_ok());
         assert!(Verifier::new(&with(short), DEV).is_ok());
-        let jwks_only = AuthSettings { jwks_json: Some(r#"{"keys":[]}"#.into()), ..Default::default() };
+        let jwks_only =
+            AuthSettings { jwt_secret: None, jwks_json: Some(r#"{"keys":[]}"#.into()), ..with("x") };
         assert!(Verifier::new(&jwks_only, PROD).is_ok());
+    }
+
+    #[test]
+    fn outside_development_tokens_must_be_bound_to_an_issuer_and_audience_and_keys_come_over_https() {
+        let strong = "a-production-secret-of-more-than-32-bytes-3f9c1e";
+        let bound = AuthSettings {
+            jwt_secret: Some(strong.into()),
+            issuer: Some("https://idp.example/".into()),
+            audience: Some("sagaworks".into()),
+            ..Default::default()
+        };
+        assert!(Verifier::new(&bound, PROD).is_ok());
+        let cases = [
+            (AuthSettings { issuer: None, ..bound.clone() }, "APP_AUTH__ISSUER"),
+            (AuthSettings { issuer: Some(String::new()), ..bound.clone() }, "APP_AUTH__ISSUER"),
+            (AuthSettings { audience: None, ..bound.clone() }, "APP_AUTH__AUDIENCE"),
+            (
+                AuthSettings {
+                    jwt_secret: None,
+                    jwks_url: Some("http://idp.example/jwks".into()),
+                    ..bound.clone()
+                },
+                "APP_AUTH__JWKS_URL",
+            ),
+        ];
+        for (settings, key) in cases {
+            let err = Verifier::new(&settings, PROD).err().unwrap_or_else(|| panic!("{key}: accepted"));
+            assert!(err.to_string().contains(key) && err.to_string().contains("production"), "{err}");
+            assert!(Verifier::new(&settings, DEV).is_ok(), "{key}: development accepts it");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_roles_come_from_the_configured_claim() {
+        let namespaced = "https://sagaworks.example/roles";
+        let v = Verifier::new(&AuthSettings { roles_claim: namespaced.into(), ..settings() }, DEV).unwrap();
+        let claims = json!({"sub": "c1", "roles": ["admin"], namespaced: ["ops", 7], "exp": exp(60)});
+        let roles = v.verify(&token("unit-test-secret", claims)).await.unwrap().roles;
+        assert_eq!(roles, ["ops"], "the namespaced claim, not `roles`; non-strings left out");
+        let no_array = json!({"sub": "c1", namespaced: "admin", "exp": exp(60)});
+        assert!(v.verify(&token("unit-test-secret", no_array)).await.unwrap().roles.is_empty());
     }
 
     #[tokio::test]

@@ -1,0 +1,52 @@
+//! Mutual TLS between the services, and who may call which gRPC method.
+//!
+//! ```text
+//!   order ──TLS, order's certificate──▶ payment: TLS handshake (the CA signed it?)
+//!                                       └▶ caller = "order" (its SPIFFE ID)
+//!                                          └▶ Policy: may order call PaymentService/Charge?
+//!                                               yes: the call goes on; no: PERMISSION_DENIED
+//! ```
+//!
+//! * [`TlsSettings`] (`[tls]` of every service): the CA that signs the services'
+//!   certificates, and this service's certificate and key. Off when empty, which
+//!   only `environment = "development"` accepts.
+//! * [`Identity`]: those files loaded; the server side requires a client certificate
+//!   signed by the CA, the client side checks that the server's certificate names the
+//!   service it meant to call (its DNS name) and shows its own.
+//! * A service's identity is the URI SAN of its certificate, `spiffe://<trust
+//!   domain>/<service>` ([`spiffe_id`]), read by [`caller_of`].
+//! * [`Policy`]: the allow-list, from `services.toml` compiled into the binary: each
+//!   service's `[service.rpcs]` names the methods it calls on each callee, so the
+//!   callee admits exactly those. Everything else is refused.
+//! * [`AuthorizeLayer`]: the server layer that applies it, answering
+//!   `PERMISSION_DENIED` and counting `rpc_server_denied_total{service,method,caller}`.
+//! * [`dev_ca`] (feature `dev-ca`): the development CA of `scripts/dev-up` and the tests.
+
+mod authorize;
+#[cfg(feature = "dev-ca")]
+pub mod dev_ca;
+mod identity;
+mod policy;
+mod settings;
+
+pub use authorize::{Authorize, AuthorizeLayer, DENIED_METRIC};
+pub use identity::{Identity, caller_of, spiffe_id};
+pub use policy::{Policy, PolicyError};
+pub use settings::TlsSettings;
+
+/// Why TLS could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("tls: {0} is set but not all of ca_file, cert_file and key_file are")]
+    Partial(&'static str),
+    #[error("tls: cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("tls: {path} holds no PEM certificate")]
+    NoCertificate { path: String },
+    #[error(
+        "tls: the certificate in {path} does not name a service of trust domain {trust_domain} (a URI SAN spiffe://{trust_domain}/<service>)"
+    )]
+    NoIdentity { path: String, trust_domain: String },
+    #[error("tls: the certificate in {path} names {found}, not this service ({expected})")]
+    WrongIdentity { path: String, found: String, expected: String },
+}
