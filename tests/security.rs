@@ -691,6 +691,55 @@ async fn the_gateway_refuses_every_unsafe_setting_in_production_and_accepts_it_i
     assert!(output.contains("APP_AUTH__JWT_SECRET") && output.contains("APP_ENVIRONMENT"), "{output}");
 }
 
+/// A JWKS outage that hangs (the provider accepts and never answers): one fetch runs at a
+/// time, outside any lock, so tokens of a cached key go on being verified while it hangs,
+/// and a second token of an unknown kid waits for that fetch instead of starting another.
+#[tokio::test]
+async fn a_hanging_jwks_fetch_holds_up_neither_cached_keys_nor_starts_a_second_fetch() {
+    use system_tests::auth::{RS256_KID_2, RS256_PRIVATE_PEM_2, sign_rs256_with};
+    let stack = Stack::start().await;
+    let jwks = JwksServer::start(RS256_JWKS).await;
+    let gateway = gateway(&stack, |s| {
+        s.auth.jwt_secret = None;
+        s.auth.jwks_url = Some(jwks.url.clone());
+        s.auth.jwks_unknown_kid_refetch_ms = 0;
+    })
+    .await;
+    let http = anonymous();
+    let products = url(&gateway, "/v1/products");
+    let admin = claims("ops", &["admin"]);
+    let known = sign_rs256(Some(RS256_KID), &admin);
+    let (status, _, body) = send(http.get(&products).bearer_auth(&known)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(jwks.hits(), 1);
+
+    jwks.hang();
+    let unknown = sign_rs256_with(RS256_PRIVATE_PEM_2, Some(RS256_KID_2), &admin);
+    let first = tokio::spawn(send(http.get(&products).bearer_auth(&unknown)));
+    sagaworks_test_support::eventually(
+        "the fetch for the new kid to reach the provider",
+        Duration::from_secs(30),
+        || {
+            let hits = jwks.hits();
+            async move { (hits == 2).then_some(()) }
+        },
+    )
+    .await;
+    let second = tokio::spawn(send(http.get(&products).bearer_auth(&unknown)));
+    for i in 0..20 {
+        let (status, _, body) = send(http.get(&products).bearer_auth(&known)).await;
+        assert_eq!(status, StatusCode::OK, "cached key, request {i}: {body}");
+    }
+    assert!(!first.is_finished(), "the cached key was served while the fetch still hangs");
+
+    // The hanging fetch times out: both unknown-kid tokens are refused, after one fetch.
+    for pending in [first, second] {
+        let (status, headers, body) = pending.await.unwrap();
+        assert_unauthenticated(status, &headers, &body, "the new kid while the provider hangs");
+    }
+    assert_eq!(jwks.hits(), 2, "one fetch for both tokens of the new kid");
+}
+
 /// Behind a trusted proxy (127.0.0.1 here, plus 10.0.0.0/8), an anonymous client is
 /// the right-most `X-Forwarded-For` address that is not a trusted proxy: two clients
 /// behind the same proxy get a bucket each, text a client prepends does not move it to

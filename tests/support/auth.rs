@@ -86,6 +86,7 @@ pub struct JwksServer {
     pub url: String,
     pub hits: Arc<AtomicUsize>,
     body: Arc<Mutex<String>>,
+    hang: Arc<std::sync::atomic::AtomicBool>,
     task: JoinHandle<()>,
 }
 
@@ -97,11 +98,18 @@ impl JwksServer {
         let counter = hits.clone();
         let body = Arc::new(Mutex::new(body.to_string()));
         let served = body.clone();
+        let hang = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hanging = hang.clone();
         let task = tokio::spawn(async move {
+            let mut held = Vec::new();
             while let Ok((mut socket, _)) = listener.accept().await {
                 let mut request = [0u8; 4096];
                 let _ = socket.read(&mut request).await;
                 counter.fetch_add(1, Ordering::SeqCst);
+                if hanging.load(Ordering::SeqCst) {
+                    held.push(socket);
+                    continue;
+                }
                 let body = served.lock().unwrap().clone();
                 let response = format!(
                     "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -110,7 +118,12 @@ impl JwksServer {
                 let _ = socket.write_all(response.as_bytes()).await;
             }
         });
-        Self { url, hits, body, task }
+        Self { url, hits, body, hang, task }
+    }
+
+    /// From now on, accepts and reads requests but never answers (an outage that hangs).
+    pub fn hang(&self) {
+        self.hang.store(true, Ordering::SeqCst);
     }
 
     pub fn hits(&self) -> usize {

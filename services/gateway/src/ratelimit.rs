@@ -65,11 +65,14 @@ impl Limiter {
     }
 
     /// The bucket of a request: `sub:<subject>` for a verified token, else
-    /// `ip:<client address>` (see [`TrustedProxies::client_ip`]).
+    /// `ip:<client address>` (see [`TrustedProxies::client_ip`]), an IPv6 client by its
+    /// /64 ([`client_network`]).
     pub fn key(&self, subject: Option<&str>, peer: Option<SocketAddr>, headers: &HeaderMap) -> String {
         match (subject, peer) {
             (Some(subject), _) => format!("sub:{subject}"),
-            (None, Some(peer)) => format!("ip:{}", self.proxies.client_ip(peer.ip(), headers)),
+            (None, Some(peer)) => {
+                format!("ip:{}", client_network(self.proxies.client_ip(peer.ip(), headers)))
+            }
             (None, None) => "ip:unknown".to_string(),
         }
     }
@@ -82,6 +85,19 @@ impl Limiter {
         self.buckets.check_key(&key.to_string()).map_err(|not_until| ApiError::RateLimited {
             retry_after: not_until.wait_time_from(self.clock.now()),
         })
+    }
+}
+
+/// What an anonymous client is limited as: an IPv4 address itself, an IPv6 address by
+/// its /64. A subscriber usually gets a /64 or more, so keying by the address would give
+/// one client 2^64 buckets.
+pub fn client_network(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match IpNet::new(IpAddr::V6(v6), 64) {
+            Ok(net) => net.trunc().to_string(),
+            Err(_) => v6.to_string(),
+        },
     }
 }
 
@@ -282,5 +298,11 @@ mod tests {
         assert_eq!(l.key(Some("alice"), Some(peer), &headers), "sub:alice");
         assert_eq!(l.key(None, Some(peer), &headers), "ip:203.0.113.1");
         assert_eq!(l.key(None, None, &headers), "ip:unknown");
+        // IPv6 clients by their /64: two addresses of one network share a bucket.
+        let a = forwarded(&["2001:db8:1:2:aaaa::1"]);
+        let b = forwarded(&["2001:db8:1:2:ffff:eeee:dddd:cccc"]);
+        assert_eq!(l.key(None, Some(peer), &a), "ip:2001:db8:1:2::/64");
+        assert_eq!(l.key(None, Some(peer), &a), l.key(None, Some(peer), &b));
+        assert_ne!(l.key(None, Some(peer), &a), l.key(None, Some(peer), &forwarded(&["2001:db8:1:3::1"])));
     }
 }

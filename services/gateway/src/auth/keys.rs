@@ -3,10 +3,8 @@
 //! * `HS256` tokens are checked with `auth.jwt_secret` (development).
 //! * `RS256` tokens are checked with the RSA key of the JWKS whose `kid`
 //!   matches the token's (or the only RSA key when the token names none).
-//!   Keys come from `auth.jwks_json`, or from `auth.jwks_url`, fetched on
-//!   first use, refreshed after `jwks_refresh_secs`, and again (at most every
-//!   `jwks_unknown_kid_refetch_ms`, 10 s) when a token names a `kid` the
-//!   cache lacks (key rotation).
+//!   Keys come from `auth.jwks_json`, or from `auth.jwks_url` through the cache
+//!   of [`super::jwks`] (fetched outside any lock, stale keys during an outage).
 //!
 //! Any other algorithm is refused; so is a JWKS key that is not RSA, so an
 //! `oct` key or an HS256 token can never be checked against public material.
@@ -15,13 +13,13 @@
 //! outside `environment = "development"` it refuses the development secret
 //! and any secret shorter than [`MIN_JWT_SECRET_BYTES`].
 
+use super::jwks::RemoteJwks;
 use crate::config::{AuthSettings, DEV_ONLY_INSECURE_JWT_SECRET, Environment, MIN_JWT_SECRET_BYTES};
 use jsonwebtoken::jwk::{AlgorithmParameters, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
 use secrecy::ExposeSecret;
 use serde::Deserialize;
-use std::time::{Duration, Instant};
-use tokio::sync::RwLock;
+use std::time::Duration;
 
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -101,19 +99,7 @@ struct RawClaims {
 
 enum Jwks {
     Static(JwkSet),
-    Remote {
-        url: String,
-        client: reqwest::Client,
-        refresh: Duration,
-        /// Refetches on an unknown `kid` are at least this far apart.
-        refetch: Duration,
-        cache: RwLock<Option<Fetched>>,
-    },
-}
-
-struct Fetched {
-    keys: JwkSet,
-    at: Instant,
+    Remote(RemoteJwks),
 }
 
 /// Checks bearer tokens against the configured keys and claims.
@@ -150,16 +136,12 @@ impl Verifier {
         let jwks = match (&settings.jwks_url, &settings.jwks_json) {
             (Some(_), Some(_)) => return Err(ConfigError::TwoJwks),
             (None, Some(json)) => Some(Jwks::Static(serde_json::from_str(json).map_err(ConfigError::Jwks)?)),
-            (Some(url), None) => Some(Jwks::Remote {
-                url: url.clone(),
-                client: reqwest::Client::builder()
-                    .timeout(FETCH_TIMEOUT)
-                    .build()
-                    .map_err(ConfigError::Client)?,
-                refresh: Duration::from_secs(settings.jwks_refresh_secs.max(1)),
-                refetch: Duration::from_millis(settings.jwks_unknown_kid_refetch_ms),
-                cache: RwLock::new(None),
-            }),
+            (Some(url), None) => Some(Jwks::Remote(RemoteJwks::new(
+                url.clone(),
+                reqwest::Client::builder().timeout(FETCH_TIMEOUT).build().map_err(ConfigError::Client)?,
+                Duration::from_secs(settings.jwks_refresh_secs.max(1)),
+                Duration::from_millis(settings.jwks_unknown_kid_refetch_ms),
+            ))),
             (None, None) => None,
         };
         if secret.is_none() && jwks.is_none() {
@@ -233,39 +215,15 @@ impl Verifier {
         match &self.jwks {
             None => Err(invalid("RS256 tokens are not accepted")),
             Some(Jwks::Static(keys)) => pick(keys, kid),
-            Some(Jwks::Remote { url, client, refresh, refetch, cache }) => {
-                {
-                    let cached = cache.read().await;
-                    if let Some(f) = cached.as_ref().filter(|f| f.at.elapsed() < *refresh) {
-                        match pick(&f.keys, kid) {
-                            Ok(key) => return Ok(key),
-                            Err(e) if f.at.elapsed() < *refetch => return Err(e),
-                            Err(_) => {}
-                        }
-                    }
-                }
-                let mut cached = cache.write().await;
-                // Another request may have refreshed while this one waited.
-                let fresh = cached.as_ref().is_some_and(|f| f.at.elapsed() < *refetch);
-                if !fresh {
-                    match fetch(client, url).await {
-                        Ok(keys) => *cached = Some(Fetched { keys, at: Instant::now() }),
-                        // Keep serving the keys we have while the provider is down.
-                        Err(e) if cached.is_some() => tracing::warn!(%url, error = %e, "JWKS refresh failed"),
-                        Err(e) => return Err(VerifyError::KeysUnavailable(format!("{url}: {e}"))),
-                    }
-                }
-                match cached.as_ref() {
-                    Some(f) => pick(&f.keys, kid),
-                    None => Err(VerifyError::KeysUnavailable(url.clone())),
-                }
+            Some(Jwks::Remote(remote)) => {
+                let keys = remote
+                    .keys(|keys| pick(keys, kid).is_ok())
+                    .await
+                    .map_err(|super::jwks::Unavailable::NoKeys(why)| VerifyError::KeysUnavailable(why))?;
+                pick(&keys, kid)
             }
         }
     }
-}
-
-async fn fetch(client: &reqwest::Client, url: &str) -> Result<JwkSet, reqwest::Error> {
-    client.get(url).send().await?.error_for_status()?.json().await
 }
 
 fn invalid(message: &str) -> VerifyError {

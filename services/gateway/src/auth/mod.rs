@@ -8,6 +8,7 @@
 //! with [`Caller::may_act_for`]. `/health/*`, `/metrics` and `/openapi.json`
 //! are outside the guard.
 
+mod jwks;
 pub mod keys;
 
 use crate::config::{AuthSettings, Environment};
