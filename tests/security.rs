@@ -995,3 +995,62 @@ async fn a_backend_refuses_tls_off_and_fault_injection_in_production() {
     }
     assert!(inventory::startup::Application::build(safe).await.is_ok(), "production, TLS on, no faults");
 }
+
+/// The public edge bounds what one client can hold: a connection that does not finish
+/// its headers is closed after `header_read_timeout_ms`, a request not answered within
+/// `request_timeout_ms` gets a 504 problem+json, and connections beyond
+/// `max_connections` wait until one closes.
+#[tokio::test]
+async fn the_gateway_bounds_header_time_request_time_and_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (hung, _held) = system_tests::unanswering_server().await;
+    let mut settings = gateway_settings(&hung, &hung, &hung);
+    // The downstream never answers and the client would wait a minute for it.
+    settings.order.timeout_ms = 60_000;
+    settings.order.routes.clear();
+    settings.api.order_wait_ms = 100;
+    settings.server.header_read_timeout_ms = 300;
+    settings.server.request_timeout_ms = 500;
+    let gateway = start_gateway_with(settings).await;
+    let addr = format!("127.0.0.1:{}", gateway.http_port);
+
+    // Slowloris: half a request's headers, then nothing. The server closes the connection.
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"GET /health/live HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the connection is still open long after the header-read timeout");
+
+    // A request that outlives request_timeout_ms: 504 problem+json, not a minute's wait.
+    let order = uuid::Uuid::now_v7();
+    let req = anonymous().get(url(&gateway, &format!("/v1/orders/{order}"))).bearer_auth(admin_token());
+    let (status, headers, body) = send(req).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(body["detail"].as_str().is_some_and(|d| d.contains("longer than the gateway allows")), "{body}");
+
+    // Two connections held (each served once, then idle): a third is not served until
+    // one of them closes.
+    let mut settings = gateway_settings(&hung, &hung, &hung);
+    settings.server.max_connections = 2;
+    let capped = start_gateway_with(settings).await;
+    let addr = format!("127.0.0.1:{}", capped.http_port);
+    let hold = || async {
+        let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        c.write_all(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 512];
+        let n = c.read(&mut buf).await.unwrap();
+        assert!(
+            String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"),
+            "a held connection is served"
+        );
+        c
+    };
+    let (first, _second) = (hold().await, hold().await);
+    let url = format!("http://{addr}/health/live");
+    let third = tokio::spawn(async move { reqwest::Client::new().get(url).send().await.map(|r| r.status()) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!third.is_finished(), "a third connection was served while two were held");
+    drop(first);
+    assert_eq!(third.await.unwrap().unwrap(), StatusCode::OK, "served once a connection closed");
+}

@@ -29,6 +29,28 @@ pub struct Settings {
     pub auth: AuthSettings,
     /// Requests per client (token subject, else client address).
     pub rate_limit: RateLimitSettings,
+    /// What one client may hold of the server: connections, time to send headers, time per request.
+    pub server: ServerSettings,
+}
+
+/// `[server]`: the limits of the public HTTP server (see `crate::server`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ServerSettings {
+    /// An HTTP/1 connection that has not sent a request's headers this long after it
+    /// opened (or after its last response) is closed (slowloris).
+    pub header_read_timeout_ms: u64,
+    /// A request that has not been answered this long after it arrived is answered 504
+    /// (problem+json). Must exceed `api.order_wait_ms`.
+    pub request_timeout_ms: u64,
+    /// Connections served at once; the next ones wait in the listen backlog.
+    pub max_connections: usize,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self { header_read_timeout_ms: 10_000, request_timeout_ms: 30_000, max_connections: 10_000 }
+    }
 }
 
 impl Default for Settings {
@@ -44,6 +66,7 @@ impl Default for Settings {
             api: ApiSettings::default(),
             auth: AuthSettings::default(),
             rate_limit: RateLimitSettings::default(),
+            server: ServerSettings::default(),
         }
     }
 }

@@ -33,6 +33,9 @@ pub enum ApiError {
     /// The identity provider's signing keys cannot be fetched (503).
     #[error("signing keys unavailable: {0}")]
     KeysUnavailable(String),
+    /// The request took longer than `server.request_timeout_ms` (504).
+    #[error("request timed out after {0:?}")]
+    RequestTimeout(Duration),
 }
 
 impl ApiError {
@@ -119,6 +122,11 @@ impl IntoResponse for ApiError {
                     .detail("request rate limit exceeded; retry after Retry-After seconds")
                     .retry_after(*retry_after)
             }
+            ApiError::RequestTimeout(after) => Problem::timeout(format!(
+                "the request took longer than the gateway allows ({} ms); it may still complete: \
+                 retry with the same Idempotency-Key",
+                after.as_millis()
+            )),
             ApiError::KeysUnavailable(detail) => {
                 tracing::error!(%detail, "cannot load token signing keys");
                 Problem::unavailable("token signing keys are unavailable", Duration::from_secs(1))

@@ -7,6 +7,7 @@
 //! * [`config`] holds the settings (`[auth]`, `[rate_limit]`, ...).
 //! * [`auth`] — bearer tokens (JWT), the [`auth::Caller`] of a request, ownership and admin checks.
 //! * [`ratelimit`] — a request budget per client.
+//! * [`server`] — the HTTP server: connection cap, header-read and request timeouts.
 //! * [`startup`] — [`startup::Application`], built by `main` and by tests.
 //! * [`api`] — routes, handlers and the OpenAPI document.
 //! * [`model`] — the JSON resources.
@@ -20,4 +21,5 @@ pub mod error;
 pub mod extract;
 pub mod model;
 pub mod ratelimit;
+pub mod server;
 pub mod startup;

@@ -2,7 +2,7 @@
 
 use crate::api::{self, AppState};
 use crate::auth::Authenticator;
-use crate::config::Settings;
+use crate::config::{ServerSettings, Settings};
 use crate::ratelimit::Limiter;
 use axum::http::Method;
 use axum::http::header::{
@@ -14,7 +14,6 @@ use sagaworks_proto::order::v1::order_service_client::OrderServiceClient;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use sagaworks_runtime::health::Readiness;
 use sagaworks_telemetry::grpc::ClientTraceLayer;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -38,6 +37,8 @@ pub enum StartupError {
     Auth(#[from] crate::auth::keys::ConfigError),
     #[error("invalid [rate_limit] settings: {0}")]
     RateLimit(#[from] crate::ratelimit::RateLimitError),
+    #[error("invalid [server] settings: {0}")]
+    Server(String),
     #[error("invalid api.cors_allowed_origins entry {0:?}: not a header value")]
     CorsOrigin(String),
     #[error("HTTP server failed: {0}")]
@@ -47,6 +48,7 @@ pub enum StartupError {
 pub struct Application {
     listener: TcpListener,
     state: AppState,
+    server: ServerSettings,
 }
 
 /// The CORS layer for `origins` (none when empty); entries that are not header
@@ -86,6 +88,18 @@ impl Application {
         {
             return Err(StartupError::CorsOrigin(bad.clone()));
         }
+        let server = &settings.server;
+        if server.header_read_timeout_ms == 0 || server.max_connections == 0 {
+            return Err(StartupError::Server(
+                "header_read_timeout_ms and max_connections must be > 0".into(),
+            ));
+        }
+        if server.request_timeout_ms <= u64::from(settings.api.order_wait_ms) {
+            return Err(StartupError::Server(format!(
+                "request_timeout_ms ({}) must exceed api.order_wait_ms ({}), which POST /v1/orders may wait",
+                server.request_timeout_ms, settings.api.order_wait_ms
+            )));
+        }
         let auth = Arc::new(Authenticator::new(&settings.auth, settings.environment)?);
         let limiter = Limiter::new(&settings.rate_limit)?.map(Arc::new);
         let listener = sagaworks_runtime::bind(&settings.http)
@@ -117,7 +131,7 @@ impl Application {
             auth,
             limiter,
         };
-        Ok(Self { listener, state })
+        Ok(Self { listener, state, server: settings.server.clone() })
     }
 
     pub fn port(&self) -> u16 {
@@ -146,12 +160,10 @@ impl Application {
             .layer(tower::util::option_layer(cors))
     }
 
+    /// Serves (with the limits of `[server]`, see [`crate::server`]) until `shutdown`.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
-        // The peer address keys the rate limit of requests without a valid token.
-        let app = Self::router(self.state).into_make_service_with_connect_info::<SocketAddr>();
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await
-            .map_err(StartupError::Serve)
+        let server = self.server.clone();
+        let router = crate::server::with_request_timeout(Self::router(self.state), &server);
+        crate::server::serve(self.listener, router, &server, shutdown).await.map_err(StartupError::Serve)
     }
 }
