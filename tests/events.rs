@@ -99,3 +99,85 @@ async fn the_gateway_serves_the_asyncapi_document_and_orders_confirm_with_v2() {
     })
     .await;
 }
+
+/// A forged `OrderConfirmed` commits nothing. Published by another service than order
+/// (its `ce_source`), both consumer groups of the topic park it as `untrusted_source`;
+/// from order's source but naming another order's reservation, inventory rejects it.
+/// The genuine event then sells the stock.
+#[tokio::test]
+async fn a_forged_order_confirmed_is_parked_not_applied() {
+    let stack = Stack::start().await;
+    let product = stack.product(100, 10).await;
+    let (order_id, reservation_id) = (Uuid::now_v7(), Uuid::now_v7());
+    let mut inventory =
+        InventoryServiceClient::new(channel_as("order", "inventory", &stack.inventory.grpc_url()).await);
+    inventory
+        .reserve_stock(inv::ReserveStockRequest {
+            idempotency_key: format!("{reservation_id}:reserve_stock"),
+            reservation_id: reservation_id.to_string(),
+            order_id: order_id.to_string(),
+            items: vec![inv::ReserveItem { product_id: product.clone(), quantity: 3 }],
+        })
+        .await
+        .unwrap();
+    assert_eq!(stack.stock(&product).await, (7, 3, 0));
+
+    // An outbox of the forger's own, published by a relay: each row keeps its writer's source.
+    let forger_db = TestDatabase::create("forger").await;
+    let pool = forger_db.pool().await;
+    sagaworks_runtime::db::migrate(&pool, &mut [sagaworks_outbox::migrator()]).await.unwrap();
+    let confirmed = |order_id: Uuid| sagaworks_events::OrderConfirmed {
+        order_id,
+        customer_id: Uuid::now_v7(),
+        saga_id: reservation_id,
+        reservation_ids: vec![reservation_id],
+        payment_id: reservation_id,
+        total_cents: 300,
+    };
+    let other_order = Uuid::now_v7();
+    let mut tx = pool.begin().await.unwrap();
+    OutboxWriter::new("payment").append(&mut tx, &confirmed(order_id)).await.unwrap();
+    OutboxWriter::new("order").append(&mut tx, &confirmed(other_order)).await.unwrap();
+    tx.commit().await.unwrap();
+    let relay = Relay::new(
+        pool.clone(),
+        &stack.kafka,
+        RelaySettings { service: "order".into(), ..Default::default() },
+    )
+    .unwrap();
+    let stop = CancellationToken::new();
+    let relaying = tokio::spawn(relay.run(stop.clone()));
+
+    let parked = |key: Uuid, group: &'static str| {
+        let stack = &stack;
+        async move {
+            let (status, page) = stack.get(&format!("/v1/admin/dlq/order/messages?key={key}")).await;
+            assert_eq!(status, reqwest::StatusCode::OK, "{page}");
+            page["messages"].as_array().unwrap().iter().find(|m| m["group"] == group).cloned()
+        }
+    };
+    for group in ["inventory", "order-timeline"] {
+        let m =
+            eventually("the event from payment parked", Duration::from_secs(60), || parked(order_id, group))
+                .await;
+        assert_eq!(m["reason"], "untrusted_source", "{m}");
+        assert!(m["error"].as_str().unwrap().contains("/sagaworks/payment"), "{m}");
+    }
+    let m = eventually("another order's event rejected", Duration::from_secs(60), || {
+        parked(other_order, "inventory")
+    })
+    .await;
+    assert_eq!(m["reason"], "rejected", "{m}");
+    assert!(m["error"].as_str().unwrap().contains(&format!("does not belong to order {other_order}")), "{m}");
+    assert_eq!(stack.stock(&product).await, (7, 3, 0), "nothing was sold");
+
+    let mut tx = pool.begin().await.unwrap();
+    OutboxWriter::new("order").append(&mut tx, &confirmed(order_id)).await.unwrap();
+    tx.commit().await.unwrap();
+    eventually("the genuine event's reservation sold", Duration::from_secs(60), || async {
+        (stack.stock(&product).await == (7, 0, 3)).then_some(())
+    })
+    .await;
+    stop.cancel();
+    relaying.await.unwrap();
+}

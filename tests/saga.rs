@@ -639,7 +639,7 @@ async fn a_compensation_racing_its_forward_call_waits_for_it() {
                 stock::release(c, &o1, id, order, "gave up").await.unwrap();
             })
         },
-        move |c| Box::pin(async move { stock::commit(c, &o2, id).await.map(|_| ()) }),
+        move |c| Box::pin(async move { stock::commit(c, &o2, id, order).await.map(|_| ()) }),
     )
     .await;
     assert!(matches!(committed, Err(inventory::error::Error::AlreadyReleased(_))), "{committed:?}");
@@ -701,7 +701,8 @@ async fn reservations_are_committed_in_batches_all_or_nothing() {
     let mut reserve = async |items: &[(uuid::Uuid, i64)]| {
         let id = uuid::Uuid::new_v4();
         let items = items.iter().copied().collect();
-        stock::reserve(&mut conn, &outbox, id, uuid::Uuid::new_v4(), &items).await.unwrap();
+        // The reservation's order: its own id, so the commits below can name it.
+        stock::reserve(&mut conn, &outbox, id, id, &items).await.unwrap();
         id
     };
     let batch = [reserve(&[(p, 1)]).await, reserve(&[(p, 2), (q, 1)]).await, reserve(&[(q, 3)]).await];
@@ -710,7 +711,13 @@ async fn reservations_are_committed_in_batches_all_or_nothing() {
     assert_eq!(stack.stock(&p.to_string()).await, (17, 3, 0));
     assert_eq!(stack.stock(&q.to_string()).await, (11, 9, 0));
     let requests = |ids: &[uuid::Uuid]| -> Vec<ToCommit> {
-        ids.iter().map(|&reservation_id| ToCommit { reservation_id, span: tracing::Span::none() }).collect()
+        ids.iter()
+            .map(|&reservation_id| ToCommit {
+                reservation_id,
+                order_id: reservation_id,
+                span: tracing::Span::none(),
+            })
+            .collect()
     };
     let events = async |conn: &mut sqlx::PgConnection| -> Vec<String> {
         sqlx::query_scalar("SELECT aggregate_id FROM outbox WHERE event_type = 'StockCommitted' ORDER BY seq")

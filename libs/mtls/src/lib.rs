@@ -18,6 +18,8 @@
 //! * [`Policy`]: the allow-list, from `services.toml` compiled into the binary: each
 //!   service's `[service.rpcs]` names the methods it calls on each callee, so the
 //!   callee admits exactly those. Everything else is refused.
+//! * [`topic_sources`]: from the same file, each topic's publisher, whose `ce_source`
+//!   alone the consumers accept on it.
 //! * [`AuthorizeLayer`]: the server layer that applies it, answering
 //!   `PERMISSION_DENIED` and counting `rpc_server_denied_total{service,method,caller}`.
 //! * [`dev_ca`] (feature `dev-ca`): the development CA of `scripts/dev-up` and the tests.
@@ -31,7 +33,7 @@ mod settings;
 
 pub use authorize::{Authorize, AuthorizeLayer, DENIED_METRIC};
 pub use identity::{Identity, caller_of, spiffe_id};
-pub use policy::{Policy, PolicyError};
+pub use policy::{Policy, PolicyError, topic_sources};
 pub use settings::TlsSettings;
 
 /// Why TLS could not be set up.

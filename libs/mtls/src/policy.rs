@@ -42,9 +42,22 @@ struct File {
 struct Entry {
     name: String,
     #[serde(default)]
+    topics: Vec<String>,
+    #[serde(default)]
     calls: Vec<String>,
     #[serde(default)]
     rpcs: BTreeMap<String, Vec<String>>,
+}
+
+/// Per topic (aggregate type) of the compiled-in services.toml, the `ce_source` of its
+/// publisher, `/sagaworks/<service>`: what a consumer accepts on it
+/// (`sagaworks_outbox::ConsumerSettings::sources`).
+pub fn topic_sources() -> BTreeMap<String, String> {
+    let file: File = toml::from_str(SERVICES_TOML).expect("services.toml is checked by Policy::for_service");
+    file.service
+        .iter()
+        .flat_map(|s| s.topics.iter().map(move |t| (t.clone(), format!("/sagaworks/{}", s.name))))
+        .collect()
 }
 
 /// Who may call which method of one service.
@@ -204,6 +217,10 @@ payment = ["PaymentService/GetAccount", "DeadLetterService/*"]
         for service in ["order", "inventory", "payment", "gateway"] {
             Policy::for_service(service).unwrap();
         }
+        let sources = topic_sources();
+        assert_eq!(sources["order"], "/sagaworks/order");
+        assert_eq!(sources["reservation"], "/sagaworks/inventory");
+        assert_eq!(sources["payment"], "/sagaworks/payment");
         let payment = Policy::for_service("payment").unwrap();
         assert_eq!(payment.callers(), ["gateway", "order"]);
         assert!(payment.allows("order", "/sagaworks.payment.v1.PaymentService/Charge"));

@@ -128,6 +128,12 @@ pub struct ConsumerSettings {
     /// What happens to an event written with a schema version newer than the
     /// handler reads ([`HandlerError::UnsupportedSchemaVersion`]).
     pub unsupported_schema_version: UnsupportedVersionPolicy,
+    /// Per topic (aggregate type), the only `ce_source` accepted on it: its publisher's,
+    /// `/sagaworks/<service>`. A message from any other source is dead-lettered with
+    /// `dlq_reason=untrusted_source`, never handled. The services fill it from
+    /// services.toml (`sagaworks_mtls::topic_sources`); empty: sources are not checked
+    /// (when not empty, every topic of `topics` needs an entry).
+    pub sources: BTreeMap<String, String>,
     /// Test-only fault hook (`APP_CONSUMER__CRASH_POINT=before_offset_commit`;
     /// see [`crate::crash`]): abort the process once newly handled events
     /// committed, before their offsets are committed. `off` by default;
@@ -162,6 +168,8 @@ pub enum DlqReason {
     RetriesExhausted,
     /// A schema version newer than the handler reads.
     UnsupportedSchemaVersion,
+    /// Its `ce_source` is not the topic's publisher ([`ConsumerSettings::sources`]).
+    UntrustedSource,
 }
 
 impl DlqReason {
@@ -171,6 +179,7 @@ impl DlqReason {
             Self::Rejected => "rejected",
             Self::RetriesExhausted => "retries_exhausted",
             Self::UnsupportedSchemaVersion => "unsupported_schema_version",
+            Self::UntrustedSource => "untrusted_source",
         }
     }
 }
@@ -194,6 +203,7 @@ impl Default for ConsumerSettings {
             inbox_retention_hours: 24 * 7,
             commit_interval_ms: 200,
             unsupported_schema_version: UnsupportedVersionPolicy::Park,
+            sources: BTreeMap::new(),
             crash_point: ConsumerCrashPoint::Off,
         }
     }
@@ -402,6 +412,11 @@ impl<H: Handler> Consumer<H> {
         settings: ConsumerSettings,
         handler: H,
     ) -> Result<Self, OutboxError> {
+        if !settings.sources.is_empty()
+            && let Some(topic) = settings.topics.iter().find(|t| !settings.sources.contains_key(*t))
+        {
+            return Err(OutboxError::NoSource { topic: topic.clone() });
+        }
         let session = settings.session_timeout_ms.to_string();
         let poll = settings.max_poll_interval_ms.to_string();
         let mut config = kafka::client_config(
@@ -441,6 +456,24 @@ impl<H: Handler> Consumer<H> {
             dlq: kafka::OffRuntimeDrop::new(dlq, "dlq-producer"),
             marked: std::sync::Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Why `event` is not from its topic's publisher, if it is not (see
+    /// [`ConsumerSettings::sources`]).
+    fn untrusted(&self, event: &ReceivedEvent) -> Option<String> {
+        if self.settings.sources.is_empty() {
+            return None;
+        }
+        let prefix = format!("{}.", self.kafka.topic_prefix);
+        let aggregate = event.topic.strip_prefix(&prefix).unwrap_or(&event.topic);
+        match self.settings.sources.get(aggregate) {
+            Some(expected) if *expected == event.source => None,
+            Some(expected) => Some(format!(
+                "ce_source {:?} is not {expected:?}, the publisher of topic {}",
+                event.source, event.topic
+            )),
+            None => Some(format!("topic {} has no known publisher", event.topic)),
+        }
     }
 
     fn topics(&self) -> Vec<String> {
@@ -598,8 +631,14 @@ impl<H: Handler> Consumer<H> {
                 tracing::warn!(error = %e, topic = msg.topic(), offset = msg.offset(), "poison message");
                 self.dead_letter(msg, DlqReason::InvalidEnvelope, &e.to_string(), 1, shutdown).await?
             }
-            Ok(event) if !self.handler.wants(&event) => Outcome::Ignored,
-            Ok(event) => self.handle_with_retries(msg, &event, shutdown).await?,
+            Ok(event) => match self.untrusted(&event) {
+                Some(why) => {
+                    tracing::warn!(%why, topic = msg.topic(), offset = msg.offset(), "untrusted source");
+                    self.dead_letter(msg, DlqReason::UntrustedSource, &why, 1, shutdown).await?
+                }
+                None if !self.handler.wants(&event) => Outcome::Ignored,
+                None => self.handle_with_retries(msg, &event, shutdown).await?,
+            },
         };
         if let Outcome::DeadLettered = outcome {
             span.set_status(Status::error("dead-lettered"));
@@ -620,6 +659,10 @@ impl<H: Handler> Consumer<H> {
             // A poison message: the one-at-a-time path dead-letters it.
             return self.one_by_one(msgs, shutdown).await;
         };
+        if events.iter().any(|e| self.untrusted(e).is_some()) {
+            // So is one from an untrusted source.
+            return self.one_by_one(msgs, shutdown).await;
+        }
         let group = &self.settings.group_id;
         let spans: Vec<tracing::Span> = msgs.iter().map(|msg| process_span(msg, group)).collect();
         match self.handle_batch(&events, &spans).await {

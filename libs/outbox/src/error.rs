@@ -13,6 +13,10 @@ pub enum OutboxError {
     Kafka(#[from] rdkafka::error::KafkaError),
     #[error("cannot create topic {topic}: {reason}")]
     CreateTopic { topic: String, reason: String },
+    #[error(
+        "consumer.sources names no publisher for topic {topic}: add `{topic} = \"/sagaworks/<service>\"`"
+    )]
+    NoSource { topic: String },
 }
 
 /// How services answer an outbox failure over gRPC: database trouble as

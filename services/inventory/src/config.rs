@@ -53,6 +53,8 @@ impl Default for Settings {
                 // saga waits for it.
                 batch_size: 64,
                 batch_wait_ms: 50,
+                // Only each topic's publisher (services.toml) is believed.
+                sources: sagaworks_mtls::topic_sources(),
                 ..Default::default()
             },
         }

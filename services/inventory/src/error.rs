@@ -20,6 +20,8 @@ pub enum Error {
     AlreadyReleased(Uuid),
     #[error("reservation {0} is committed and cannot be released")]
     AlreadyCommitted(Uuid),
+    #[error("reservation {reservation_id} does not belong to order {order_id}")]
+    OtherOrder { reservation_id: Uuid, order_id: Uuid },
     #[error(transparent)]
     Outbox(#[from] sagaworks_outbox::OutboxError),
     #[error(transparent)]
@@ -38,7 +40,7 @@ impl From<Error> for Status {
             Error::Invalid(e) => e.into(),
             Error::ProductNotFound(_) | Error::ReservationNotFound(_) => Status::not_found(e.to_string()),
             Error::DuplicateSku(_) => Status::already_exists(e.to_string()),
-            Error::InsufficientStock { .. } | Error::AlreadyCommitted(_) => {
+            Error::InsufficientStock { .. } | Error::AlreadyCommitted(_) | Error::OtherOrder { .. } => {
                 Status::failed_precondition(e.to_string())
             }
             Error::AlreadyReleased(_) => Status::aborted(e.to_string()),

@@ -28,10 +28,11 @@ impl Default for OrderEvents {
 /// build reads: v1 is upcast to one reservation), in `span`.
 fn to_commit(event: &ReceivedEvent, span: &tracing::Span) -> Result<Vec<ToCommit>, HandlerError> {
     let confirmed: OrderConfirmed = event.decode()?;
+    let order_id = confirmed.order_id;
     Ok(confirmed
         .reservation_ids
         .into_iter()
-        .map(|reservation_id| ToCommit { reservation_id, span: span.clone() })
+        .map(|reservation_id| ToCommit { reservation_id, order_id, span: span.clone() })
         .collect())
 }
 

@@ -364,14 +364,15 @@ pub async fn release(
     Ok(r)
 }
 
-/// Turns a reservation into a sale (on `OrderConfirmed`). Idempotent; a
-/// reservation that is unknown or released is left alone and reported.
+/// Turns a reservation of `order_id` into a sale (on `OrderConfirmed`). Idempotent; a
+/// reservation that is unknown, released or another order's is left alone and reported.
 pub async fn commit(
     conn: &mut PgConnection,
     outbox: &OutboxWriter,
     reservation_id: Uuid,
+    order_id: Uuid,
 ) -> Result<Reservation> {
-    let request = ToCommit { reservation_id, span: tracing::Span::current() };
+    let request = ToCommit { reservation_id, order_id, span: tracing::Span::current() };
     let mut committed = commit_all(conn, outbox, std::slice::from_ref(&request)).await?;
     committed.pop().ok_or(Error::ReservationNotFound(reservation_id))
 }
@@ -380,6 +381,9 @@ pub async fn commit(
 #[derive(Debug, Clone)]
 pub struct ToCommit {
     pub reservation_id: Uuid,
+    /// The confirmed order it must belong to: an event naming another order's
+    /// reservation commits nothing.
+    pub order_id: Uuid,
     /// The span of the request (a consumer's `process` span): the
     /// reservation's `StockCommitted` event continues its trace.
     pub span: tracing::Span,
@@ -411,6 +415,12 @@ pub async fn commit_all(
     let mut found = lock_reservations(conn, &ids).await?;
     if let Some(missing) = ids.iter().find(|id| !found.iter().any(|r| r.id == **id)) {
         return Err(Error::ReservationNotFound(*missing));
+    }
+    if let Some((r, named)) = found.iter().find_map(|r| {
+        let named = requests.iter().find(|q| q.reservation_id == r.id && q.order_id != r.order_id)?;
+        Some((r, named.order_id))
+    }) {
+        return Err(Error::OtherOrder { reservation_id: r.id, order_id: named });
     }
     if let Some(released) = found.iter().find(|r| r.status == ReservationStatus::Released) {
         return Err(Error::AlreadyReleased(released.id));

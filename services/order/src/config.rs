@@ -64,6 +64,8 @@ impl Default for Settings {
                 // several sagas' events under load.
                 batch_size: 64,
                 batch_wait_ms: 50,
+                // Only each topic's publisher (services.toml) is believed.
+                sources: sagaworks_mtls::topic_sources(),
                 ..Default::default()
             },
             inventory: ClientSettings::with_url("http://127.0.0.1:50052"),

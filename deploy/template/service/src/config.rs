@@ -54,6 +54,8 @@ impl Default for Settings {
             consumer: ConsumerSettings {
                 group_id: "{{name}}".into(),
                 topics: vec!["order".into()],
+                // Only each topic's publisher (services.toml) is believed.
+                sources: sagaworks_mtls::topic_sources(),
                 ..Default::default()
             },
             inventory: ClientSettings::with_url("http://127.0.0.1:50052"),
