@@ -207,6 +207,8 @@ STARTUP_BUDGET_SECONDS = 30
 #: Services with a database: their pods run `service migrate` in an init container first.
 BACKENDS = tuple(name for name, spec in SPECS.items() if spec.database is not None)
 MIGRATE_FLAG = "APP_DATABASE__MIGRATE"
+#: The database owner's URL: only the `migrate` init container gets it.
+OWNER_URL = "APP_DATABASE__OWNER_URL"
 #: Roles no service may connect as: PostgreSQL's bootstrap superuser (the images' default).
 SUPERUSER_ROLES = {"postgres"}
 #: The dev overlay's in-namespace data stores and telemetry (k8s/overlays/dev/infra/): who
@@ -927,9 +929,21 @@ def check_service_pods(report: Report, label: str, docs: list[dict[str, Any]]) -
         )
         report.check(
             migrate.get("envFrom") == main.get("envFrom")
-            and [e for e in migrate.get("env") or [] if e["name"] != MIGRATE_FLAG]
+            and [e for e in migrate.get("env") or [] if e["name"] not in (MIGRATE_FLAG, OWNER_URL)]
             == [e for e in main.get("env") or [] if e["name"] != MIGRATE_FLAG],
             f"{where}: init container migrate must have the service container's env and envFrom",
+        )
+        # Migrations run as the database's owner; the service as the runtime role only.
+        owner = next((e for e in migrate.get("env") or [] if e["name"] == OWNER_URL), {})
+        ref = (owner.get("valueFrom") or {}).get("secretKeyRef") or {}
+        secret = f"{service}-database-owner"
+        report.check(
+            _base_name(str(ref.get("name")), [secret]) == secret and ref.get("key") == "url",
+            f"{where}: init container migrate must take {OWNER_URL} from Secret {service}-database-owner key url",
+        )
+        report.check(
+            OWNER_URL not in env,
+            f"{where}: the service container must not get {OWNER_URL} (the owner's credentials)",
         )
         report.check(
             MIGRATE_FLAG not in {e["name"] for e in migrate.get("env") or []},

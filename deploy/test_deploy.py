@@ -312,6 +312,18 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "prod/order: init container migrate must run the service's image with args [migrate]")
         self.assert_fails(failures, "prod/order: init container migrate must have the service container's env and envFrom")
 
+    def test_owner_credentials_outside_the_migrate_init_container_fail(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        order = self.pod(k8s["prod"], "Deployment", "order")
+        owner = next(e for e in order["initContainers"][0]["env"] if e["name"] == "APP_DATABASE__OWNER_URL")
+        order["containers"][0]["env"].append(owner)
+        inventory = self.pod(k8s["dev"], "Deployment", "inventory")
+        inventory["initContainers"][0]["env"] = [
+            e for e in inventory["initContainers"][0]["env"] if e["name"] != "APP_DATABASE__OWNER_URL"]
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "prod/order: the service container must not get APP_DATABASE__OWNER_URL")
+        self.assert_fails(failures, "dev/inventory: init container migrate must take APP_DATABASE__OWNER_URL")
+
     def test_long_startup_probe_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
         self.pod(k8s["dev"], "Deployment", "payment")["containers"][0]["startupProbe"]["failureThreshold"] = 30
@@ -633,32 +645,44 @@ class PostgresClusterCase(unittest.TestCase):
 class PostgresInitTest(PostgresClusterCase):
     """Runs init.sql the way the postgres image does, in a private cluster on a free port."""
 
-    #: init.sql reads <SERVICE>_DB_PASSWORD for each service with a database.
-    PASSWORDS = {f"{name.upper()}_DB_PASSWORD": f"{name}-secret" for name in DB_SERVICES}
+    #: init.sql reads <SERVICE>_DB_PASSWORD and <SERVICE>_DB_OWNER_PASSWORD for each service
+    #: with a database.
+    PASSWORDS = {f"{name.upper()}_DB_PASSWORD": f"{name}-secret" for name in DB_SERVICES} | {
+        f"{name.upper()}_DB_OWNER_PASSWORD": f"{name}-owner-secret" for name in DB_SERVICES}
 
     def init(self, passwords: dict[str, str]):
         env = {k: v for k, v in os.environ.items() if k not in self.PASSWORDS} | passwords
         return self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-f", str(INIT_SQL), env=env)
 
-    def test_each_role_reaches_only_its_own_database(self) -> None:
+    def test_each_service_has_an_owner_and_a_dml_only_role_that_reach_only_its_own_database(self) -> None:
         result = self.init(self.PASSWORDS)
         self.assertEqual(result.returncode, 0, result.stderr)
         for svc, database in DB_SERVICES.items():
-            role, own_db, password = database.role, f"sagaworks_{database.suffix}", f"{svc}-secret"
-            own = self.psql(role, password, own_db, "-tAc",
+            role, own_db = database.role, f"sagaworks_{database.suffix}"
+            owner, password, owner_password = f"{role}_owner", f"{svc}-secret", f"{svc}-owner-secret"
+            own = self.psql(owner, owner_password, own_db, "-tAc",
                             "CREATE TABLE migrations_can_run (id int); SELECT current_database()")
             self.assertEqual(own.returncode, 0, own.stderr)
             self.assertEqual(own.stdout.strip(), own_db)
+            dml = self.psql(role, password, own_db, "-tAc",
+                            "INSERT INTO migrations_can_run VALUES (1); SELECT count(*) FROM migrations_can_run")
+            self.assertEqual((dml.returncode, dml.stdout.strip()), (0, "1"), dml.stderr)
+            for ddl in ("CREATE TABLE intruder (id int)", "DROP TABLE migrations_can_run",
+                        "ALTER TABLE migrations_can_run ADD COLUMN x int"):
+                refused = self.psql(role, password, own_db, "-c", ddl)
+                self.assertNotEqual(refused.returncode, 0, f"{role}: {ddl}")
+                self.assertRegex(refused.stderr, "permission denied|must be owner", ddl)
             for db in ["postgres"] + [f"sagaworks_{d.suffix}" for other, d in DB_SERVICES.items() if other != svc]:
-                denied = self.psql(role, password, db, "-c", "SELECT 1")
-                self.assertNotEqual(denied.returncode, 0, f"{role} reached {db}")
-                self.assertIn("permission denied for database", denied.stderr)
+                for who, pw in ((role, password), (owner, owner_password)):
+                    denied = self.psql(who, pw, db, "-c", "SELECT 1")
+                    self.assertNotEqual(denied.returncode, 0, f"{who} reached {db}")
+                    self.assertIn("permission denied for database", denied.stderr)
             wrong = self.psql(role, "wrong", own_db, "-c", "SELECT 1")
             self.assertIn("password authentication failed", wrong.stderr)
         attrs = self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-tAc",
-                          "SELECT bool_or(rolsuper OR rolcreatedb OR rolcreaterole) FROM pg_roles "
-                          "WHERE rolname LIKE '%\\_svc'")
-        self.assertEqual(attrs.stdout.strip(), "f", "service roles must be unprivileged")
+                          "SELECT count(*), bool_or(rolsuper OR rolcreatedb OR rolcreaterole) FROM pg_roles "
+                          "WHERE rolname LIKE '%\\_svc' OR rolname LIKE '%\\_svc\\_owner'")
+        self.assertEqual(attrs.stdout.strip(), f"{2 * len(DB_SERVICES)}|f", "service roles must be unprivileged")
 
     def test_missing_or_empty_password_aborts_before_creating_anything(self) -> None:
         first, last = list(self.PASSWORDS)[0], list(self.PASSWORDS)[-1]
@@ -668,59 +692,75 @@ class PostgresInitTest(PostgresClusterCase):
             self.assertNotEqual(result.returncode, 0)
             self.assertIn("must be set to a non-empty password", result.stderr)
         roles = self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-tAc",
-                          "SELECT count(*) FROM pg_roles WHERE rolname LIKE '%\\_svc'")
+                          "SELECT count(*) FROM pg_roles WHERE rolname LIKE '%\\_svc%'")
         self.assertEqual(roles.stdout.strip(), "0")
 
 
 class PostgresK8sInitTest(PostgresClusterCase):
     """The dev overlay's per-service init script (k8s/overlays/dev/infra/postgres/), run the way
-    the postgres image runs it, with the URL of the very Secret the service connects with."""
+    the postgres image runs it, with the URLs of the very Secrets the service uses."""
 
-    def urls(self) -> dict[str, str]:
+    def urls(self) -> dict[str, tuple[str, str]]:
+        """Per service: (runtime URL, owner URL)."""
         secrets = {d["metadata"]["name"].rsplit("-", 1)[0]: d for d in render_overlay("dev") if d["kind"] == "Secret"}
-        return {svc: base64.b64decode(secrets[f"{svc}-database"]["data"]["url"]).decode()
-                for svc in DB_SERVICES}
+        url = lambda name: base64.b64decode(secrets[name]["data"]["url"]).decode()  # noqa: E731
+        return {svc: (url(f"{svc}-database"), url(f"{svc}-database-owner")) for svc in DB_SERVICES}
 
-    def init(self, url: str):
+    def init(self, url: str, owner_url: str):
         return self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-f", str(K8S_INIT_SQL),
-                         env={"SERVICE_DATABASE_URL": url})
+                         env={"SERVICE_DATABASE_URL": url, "SERVICE_OWNER_URL": owner_url})
 
-    def test_each_service_secret_creates_a_role_that_reaches_only_its_own_database(self) -> None:
+    def test_each_service_secret_pair_creates_an_owner_and_a_dml_only_role_for_its_own_database(self) -> None:
         # One cluster for all (the overlay runs one server each): also shows no cross access.
         urls = self.urls()
-        for svc, url in urls.items():
-            result = self.init(url)
+        for svc, (url, owner_url) in urls.items():
+            result = self.init(url, owner_url)
             self.assertEqual(result.returncode, 0, f"{svc}: {result.stderr}")
-        for svc, url in urls.items():
-            parts = urlsplit(url)
+        for svc, (url, owner_url) in urls.items():
+            parts, owner = urlsplit(url), urlsplit(owner_url)
             self.assertEqual(parts.hostname, f"{svc}-db", "the URL names the in-namespace Service")
             role, password, db = parts.username, parts.password, parts.path.lstrip("/")
-            own = self.psql(role, password, db, "-tAc",
+            own = self.psql(owner.username, owner.password, db, "-tAc",
                             "CREATE TABLE migrations_can_run (id int); SELECT current_database()")
             self.assertEqual(own.returncode, 0, own.stderr)
             self.assertEqual(own.stdout.strip(), db)
-            for other in ["postgres"] + [urlsplit(u).path.lstrip("/") for s, u in urls.items() if s != svc]:
-                denied = self.psql(role, password, other, "-c", "SELECT 1")
-                self.assertNotEqual(denied.returncode, 0, f"{role} reached {other}")
-                self.assertIn("permission denied for database", denied.stderr)
+            dml = self.psql(role, password, db, "-tAc",
+                            "INSERT INTO migrations_can_run VALUES (1); SELECT count(*) FROM migrations_can_run")
+            self.assertEqual((dml.returncode, dml.stdout.strip()), (0, "1"), dml.stderr)
+            ddl = self.psql(role, password, db, "-c", "CREATE TABLE intruder (id int)")
+            self.assertIn("permission denied", ddl.stderr)
+            drop = self.psql(role, password, db, "-c", "DROP TABLE migrations_can_run")
+            self.assertIn("must be owner", drop.stderr)
+            for other in ["postgres"] + [urlsplit(u).path.lstrip("/") for s, (u, _) in urls.items() if s != svc]:
+                for who, pw in ((role, password), (owner.username, owner.password)):
+                    denied = self.psql(who, pw, other, "-c", "SELECT 1")
+                    self.assertNotEqual(denied.returncode, 0, f"{who} reached {other}")
+                    self.assertIn("permission denied for database", denied.stderr)
             wrong = self.psql(role, "wrong", db, "-c", "SELECT 1")
             self.assertIn("password authentication failed", wrong.stderr)
         attrs = self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-tAc",
                           "SELECT count(*), bool_or(rolsuper OR rolcreatedb OR rolcreaterole OR rolreplication "
-                          "OR rolbypassrls) FROM pg_roles WHERE rolname LIKE '%\\_svc'")
-        self.assertEqual(attrs.stdout.strip(), f"{len(DB_SERVICES)}|f", "one unprivileged role per service")
+                          "OR rolbypassrls) FROM pg_roles WHERE rolname LIKE '%\\_svc%'")
+        self.assertEqual(attrs.stdout.strip(), f"{2 * len(DB_SERVICES)}|f", "two unprivileged roles per service")
 
-    def test_unusable_url_aborts_before_creating_anything(self) -> None:
-        for url in ("", "postgres://order_svc@order-db:5432/sagaworks_order",  # no password
-                    "postgres://order_svc:p%40ss@order-db:5432/sagaworks_order",  # needs decoding
-                    "postgres://postgres:secret@order-db:5432/sagaworks_order",  # the superuser
-                    "postgres://order_svc:secret@order-db:5432/template1",
-                    "mysql://order_svc:secret@order-db:3306/sagaworks_order"):
-            result = self.init(url)
-            self.assertNotEqual(result.returncode, 0, url)
-            self.assertIn("SERVICE_DATABASE_URL", result.stderr, url)
+    def test_unusable_urls_abort_before_creating_anything(self) -> None:
+        owner = "postgres://order_svc_owner:secret@order-db:5432/sagaworks_order"
+        for url, owner_url in (("", owner),
+                               ("postgres://order_svc@order-db:5432/sagaworks_order", owner),  # no password
+                               ("postgres://order_svc:p%40ss@order-db:5432/sagaworks_order", owner),  # needs decoding
+                               ("postgres://postgres:secret@order-db:5432/sagaworks_order", owner),  # the superuser
+                               ("postgres://order_svc:secret@order-db:5432/template1", owner),
+                               ("mysql://order_svc:secret@order-db:3306/sagaworks_order", owner),
+                               ("postgres://order_svc:secret@order-db:5432/sagaworks_order", ""),
+                               ("postgres://order_svc:secret@order-db:5432/sagaworks_order",
+                                "postgres://order_svc_owner:secret@order-db:5432/sagaworks_other"),
+                               ("postgres://order_svc:secret@order-db:5432/sagaworks_order",
+                                "postgres://order_svc:secret@order-db:5432/sagaworks_order")):
+            result = self.init(url, owner_url)
+            self.assertNotEqual(result.returncode, 0, (url, owner_url))
+            self.assertRegex(result.stderr, "SERVICE_DATABASE_URL|SERVICE_OWNER_URL", (url, owner_url))
         roles = self.psql("postgres", self.SUPERUSER_PASSWORD, "postgres", "-tAc",
-                          "SELECT count(*) FROM pg_roles WHERE rolname LIKE '%\\_svc'")
+                          "SELECT count(*) FROM pg_roles WHERE rolname LIKE '%\\_svc%'")
         self.assertEqual(roles.stdout.strip(), "0")
 
 

@@ -872,14 +872,14 @@ fn psql(url: &str, sql: &str) -> std::process::Output {
     child.wait_with_output().expect("psql runs")
 }
 
-/// `scripts/dev-up` gives each service a login role of its own (its `database.role` in
-/// services.toml), and each service connects as it (never as `postgres`). The roles are
-/// made by dev-up's own SQL, read
-/// from the script and run on the test server for fresh names: each is no superuser,
-/// cannot create roles or databases, owns its database (migrations can create tables),
-/// and is refused by the other services' databases (CONNECT revoked from PUBLIC).
+/// `scripts/dev-up` gives each service two login roles (services.toml's `database.role`
+/// and `<role>_owner`), made by dev-up's own SQL, read from the script and run on the
+/// test server for fresh names. Neither is a superuser or may create roles or databases;
+/// the owner runs the service's real migrations; the runtime role, which the service
+/// serves as, reads and writes what they created but cannot create, change or drop
+/// anything; and neither reaches another service's database.
 #[tokio::test]
-async fn dev_up_service_roles_are_unprivileged_and_reach_only_their_own_database() {
+async fn dev_up_service_roles_are_unprivileged_split_and_reach_only_their_own_database() {
     use sqlx::Connection;
     use sqlx::postgres::{PgConnectOptions, PgConnection};
     use std::str::FromStr;
@@ -896,61 +896,109 @@ async fn dev_up_service_roles_are_unprivileged_and_reach_only_their_own_database
     let body = &script[start..][script[start..].find('\n').expect("here-document") + 1..];
     let sql = &body[..body.find("\nSQL\n").expect("the here-document ends with SQL")];
     assert!(
-        script.contains(r#"role="$(sw_db_role "$svc")" db="$(sw_db_name "$svc" "$DBP")""#),
+        script.contains(
+            r#"role="$(sw_db_role "$svc")" owner="$(sw_db_owner "$svc")" db="$(sw_db_name "$svc" "$DBP")""#
+        ),
         "dev-up's role and database names (services.toml)"
     );
     assert!(
-        script.contains(r#""APP_DATABASE__URL=postgres://$(sw_db_role "$svc")@"#),
-        "dev-up starts each service as its role"
+        script.contains(r#""APP_DATABASE__URL=postgres://$(sw_db_role "$svc")@"#)
+            && script.contains(r#""APP_DATABASE__OWNER_URL=postgres://$(sw_db_owner "$svc")@"#),
+        "dev-up starts each service as its runtime role, migrating as the owner"
     );
 
     let admin_url = sagaworks_test_support::TestDatabase::admin_url();
     let prefix = format!("sw_roles_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let names = |svc: &str| (format!("{prefix}_{svc}_svc"), format!("{prefix}_{svc}"));
+    let names = |svc: &str| {
+        (format!("{prefix}_{svc}_svc"), format!("{prefix}_{svc}_svc_owner"), format!("{prefix}_{svc}"))
+    };
     let _cleanup = DropRoles {
         admin_url: admin_url.clone(),
-        databases: services.iter().map(|s| names(s).1).collect(),
-        roles: services.iter().map(|s| names(s).0).collect(),
+        databases: services.iter().map(|s| names(s).2).collect(),
+        roles: services.iter().flat_map(|s| [names(s).0, names(s).1]).collect(),
     };
     for &svc in &services {
-        let (role, db) = names(svc);
-        let out = psql(&admin_url, &sql.replace("${role}", &role).replace("${db}", &db));
+        let (role, owner, db) = names(svc);
+        let sql = sql.replace("${role}", &role).replace("${owner}", &owner).replace("${db}", &db);
+        let out = psql(&admin_url, &sql);
         assert!(out.status.success(), "dev-up's SQL for {svc}: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     let admin = PgConnectOptions::from_str(&admin_url).expect("SW_TEST_PG_URL");
+    let url = |role: &str, db: &str| {
+        let mut url = reqwest::Url::parse(&admin_url).expect("SW_TEST_PG_URL is a URL");
+        url.set_username(role).unwrap();
+        url.set_password(None).unwrap();
+        url.set_path(db);
+        url.to_string()
+    };
+    let denied = |result: Result<sqlx::postgres::PgQueryResult, sqlx::Error>, what: &str| match result {
+        Err(sqlx::Error::Database(e)) => assert_eq!(e.code().as_deref(), Some("42501"), "{what}: {e}"),
+        other => panic!("{what}: not refused: {other:?}"),
+    };
     for &svc in &services {
-        let (role, db) = names(svc);
-        let mut own = PgConnection::connect_with(&admin.clone().username(&role).database(&db))
+        let (role, owner, db) = names(svc);
+        // The service's real migrations, as the owner (what `migrate = true` does at start-up).
+        let settings = sagaworks_config::DatabaseSettings {
+            url: url(&role, &db),
+            owner_url: url(&owner, &db),
+            ..Default::default()
+        };
+        let mut migrators = match svc {
+            "order" => order::startup::migrators(),
+            "inventory" => inventory::startup::migrators(),
+            "payment" => payment::startup::migrators(),
+            other => panic!("no migrators known for {other}"),
+        };
+        sagaworks_runtime::db::migrate_as_owner(&settings, &mut migrators)
             .await
-            .unwrap_or_else(|e| panic!("{role} connects to {db}: {e}"));
-        let privileges: (bool, bool, bool, bool, bool) = sqlx::query_as(
-            "SELECT rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls \
-             FROM pg_roles WHERE rolname = current_user",
-        )
-        .fetch_one(&mut own)
-        .await
-        .expect("its own attributes");
-        assert_eq!(
-            privileges,
-            (false, false, false, false, false),
-            "{role}: super, createrole, createdb, replication, bypassrls"
-        );
-        sqlx::query("CREATE TABLE migrations_can_run (id int)")
-            .execute(&mut own)
+            .unwrap_or_else(|e| panic!("{svc}'s migrations as {owner}: {e}"));
+
+        for who in [&role, &owner] {
+            let mut conn = PgConnection::connect_with(&admin.clone().username(who).database(&db))
+                .await
+                .unwrap_or_else(|e| panic!("{who} connects to {db}: {e}"));
+            let privileges: (bool, bool, bool, bool, bool) = sqlx::query_as(
+                "SELECT rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls \
+                 FROM pg_roles WHERE rolname = current_user",
+            )
+            .fetch_one(&mut conn)
             .await
-            .expect("owns its database");
-        own.close().await.ok();
+            .expect("its own attributes");
+            assert_eq!(
+                privileges,
+                (false, false, false, false, false),
+                "{who}: super, createrole, createdb, replication, bypassrls"
+            );
+            conn.close().await.ok();
+        }
+
+        let mut runtime =
+            PgConnection::connect_with(&admin.clone().username(&role).database(&db)).await.unwrap();
+        let outbox_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+            .fetch_one(&mut runtime)
+            .await
+            .unwrap_or_else(|e| panic!("{role} reads the migrated outbox: {e}"));
+        assert_eq!(outbox_rows, 0);
+        sqlx::query("DELETE FROM outbox").execute(&mut runtime).await.expect("DML on the migrated tables");
+        denied(sqlx::query("CREATE TABLE intruder (id int)").execute(&mut runtime).await, "CREATE TABLE");
+        denied(sqlx::query("DROP TABLE outbox").execute(&mut runtime).await, "DROP TABLE");
+        denied(sqlx::query("ALTER TABLE outbox ADD COLUMN x int").execute(&mut runtime).await, "ALTER TABLE");
+        denied(sqlx::query("TRUNCATE outbox").execute(&mut runtime).await, "TRUNCATE");
+        runtime.close().await.ok();
+
         for &other in services.iter().filter(|o| **o != svc) {
-            let (_, other_db) = names(other);
-            let refused =
-                PgConnection::connect_with(&admin.clone().username(&role).database(&other_db)).await;
-            match refused {
-                Err(sqlx::Error::Database(e)) => {
-                    assert_eq!(e.code().as_deref(), Some("42501"), "{role} -> {other_db}: {e}");
+            let (_, _, other_db) = names(other);
+            for who in [&role, &owner] {
+                let refused =
+                    PgConnection::connect_with(&admin.clone().username(who).database(&other_db)).await;
+                match refused {
+                    Err(sqlx::Error::Database(e)) => {
+                        assert_eq!(e.code().as_deref(), Some("42501"), "{who} -> {other_db}: {e}");
+                    }
+                    Err(e) => panic!("{who} -> {other_db}: not a permission error: {e}"),
+                    Ok(_) => panic!("{who} connected to {other_db}"),
                 }
-                Err(e) => panic!("{role} -> {other_db}: not a permission error: {e}"),
-                Ok(_) => panic!("{role} connected to {other_db}"),
             }
         }
     }

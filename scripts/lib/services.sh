@@ -11,7 +11,8 @@
 #                          services call only services of earlier waves
 #   sw_port <svc> http|grpc, sw_port broker     a port (fails when there is none)
 #   sw_db_name <svc> [prefix]   its database: <prefix>_<suffix> (prefix default sagaworks)
-#   sw_db_role <svc>       its database login role
+#   sw_db_role <svc>       its database login role (the runtime one: reads and writes the tables)
+#   sw_db_owner <svc>      the role that owns its database and runs its migrations: <role>_owner
 #   sw_topics              every aggregate (topic suffix) a service publishes
 #   sw_calls <svc>         the services it calls (its `<callee>.url` settings)
 #   sw_replicas <svc>      how many processes of it scripts/dev-up runs: SW_REPLICAS_<SVC>
@@ -117,6 +118,11 @@ sw_db_role() { # service
     local role="${SW_DB_ROLE[$1]:-}"
     [ -n "$role" ] || { echo "services.toml: $1 owns no database" >&2; return 1; }
     echo "$role"
+}
+sw_db_owner() { # service
+    local role
+    role="$(sw_db_role "$1")" || return 1
+    echo "${role}_owner"
 }
 sw_calls() { echo "${SW_CALLS[$1]:-}"; }
 sw_replicas() { # service

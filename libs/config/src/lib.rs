@@ -154,8 +154,13 @@ pub fn is_secret_property(key: &str) -> bool {
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct DatabaseSettings {
-    /// `postgres://role@host:port/dbname`.
+    /// `postgres://role@host:port/dbname`: the runtime role, which may read and write
+    /// the tables (DML) but not change them.
     pub url: String,
+    /// The role that owns the database, for migrations only (`migrate`, and start-up
+    /// migrations with `migrate = true`): a pool of one connection, closed once they ran.
+    /// Empty: migrations run as `url`'s role, which must then own the database.
+    pub owner_url: String,
     pub max_connections: u32,
     /// How long a request waits for a pooled connection before failing.
     pub acquire_timeout_ms: u64,
@@ -179,6 +184,7 @@ impl std::fmt::Debug for DatabaseSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatabaseSettings")
             .field("url", &redact_url(&self.url))
+            .field("owner_url", &redact_url(&self.owner_url))
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout_ms", &self.acquire_timeout_ms)
             .field("test_before_acquire", &self.test_before_acquire)
@@ -192,6 +198,7 @@ impl Default for DatabaseSettings {
     fn default() -> Self {
         Self {
             url: "postgres://postgres@127.0.0.1:5432/postgres".into(),
+            owner_url: String::new(),
             max_connections: 10,
             acquire_timeout_ms: 3_000,
             test_before_acquire: false,

@@ -30,6 +30,20 @@ pub fn pool(settings: &DatabaseSettings) -> Result<PgPool, DbError> {
         .connect_lazy_with(options))
 }
 
+/// Applies `migrators` as the database's owner (`owner_url`; `url` when empty) on a
+/// connection of their own, closed afterwards: the service's pool keeps the runtime role.
+pub async fn migrate_as_owner(
+    settings: &DatabaseSettings,
+    migrators: &mut [Migrator],
+) -> Result<(), DbError> {
+    let url = if settings.owner_url.is_empty() { &settings.url } else { &settings.owner_url };
+    let owner = DatabaseSettings { url: url.clone(), max_connections: 1, ..settings.clone() };
+    let pool = pool(&owner)?;
+    let result = migrate(&pool, migrators).await;
+    pool.close().await;
+    result
+}
+
 /// Applies `migrators` in order. Each may share the `_sqlx_migrations` table
 /// with the others (versions must not collide), so a shared library (the
 /// outbox) can ship its own tables next to the service's.

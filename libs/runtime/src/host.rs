@@ -67,10 +67,7 @@ pub async fn migrate_only(
     database: &DatabaseSettings,
     mut migrators: Vec<Migrator>,
 ) -> Result<(), HostError> {
-    let pool = db::pool(database)?;
-    let result = db::migrate(&pool, &mut migrators).await;
-    pool.close().await;
-    Ok(result?)
+    Ok(db::migrate_as_owner(database, &mut migrators).await?)
 }
 
 impl ServiceHost {
@@ -97,10 +94,10 @@ impl ServiceHost {
         }
         // Checked before anything else starts: a broken allow-list is a build error, in effect.
         Policy::for_service(name)?;
-        let pool = db::pool(database)?;
         if database.migrate {
-            db::migrate(&pool, &mut migrators).await?;
+            db::migrate_as_owner(database, &mut migrators).await?;
         }
+        let pool = db::pool(database)?;
         let host =
             Self { pool, grpc: listen(grpc).await?, http: listen(http).await?, faults: None, identity, name };
         Ok(host.with_faults(fault))
