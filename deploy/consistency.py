@@ -95,7 +95,9 @@ class Service:
 #: tests/deploy.rs read too.
 SERVICES_TOML = Path(__file__).resolve().parent.parent / "services.toml"
 SERVICE_KINDS = ("backend", "gateway")
-_SERVICE_KEYS = {"name", "kind", "http_port", "grpc_port", "database", "topics", "calls", "rpcs"}
+_SERVICE_KEYS = {
+    "name", "kind", "http_port", "grpc_port", "database", "topics", "consumes", "operates_dead_letters", "calls", "rpcs",
+}
 _RPC_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*/([A-Z][A-Za-z0-9]*|\*)")
 
 

@@ -1102,3 +1102,78 @@ async fn the_gateway_bounds_header_time_request_time_and_connections() {
     drop(first);
     assert_eq!(third.await.unwrap().unwrap(), StatusCode::OK, "served once a connection closed");
 }
+
+/// Kafka with a SASL_SSL listener, a SCRAM user per service and the ACLs of services.toml
+/// (scripts/kafka's secure mode): a service writes its own topics and reads what it
+/// consumes; the broker refuses it another service's topic, a topic it does not consume,
+/// a wrong password and a plaintext client.
+#[tokio::test]
+async fn kafka_refuses_a_service_that_writes_another_services_topic() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    use sagaworks_outbox::kafka::{TopicSettings, client_config, ensure_topics, topic_name};
+    let broker = sagaworks_test_support::Broker::secured().await;
+    let (admin, payment, inventory) = (
+        broker.kafka_settings_as("admin"),
+        broker.kafka_settings_as("payment"),
+        broker.kafka_settings_as("inventory"),
+    );
+    let topic = |aggregate: &str| topic_name(&admin, aggregate);
+    let one = TopicSettings { partitions: 1, replication_factor: 1 };
+    // Each owner creates its own topic (its ACLs allow Create on it).
+    ensure_topics(&payment, &[topic("payment")], one).await.expect("payment creates its topic");
+    ensure_topics(&admin, &[topic("order")], one).await.expect("admin creates order's topic");
+
+    let send = |kafka: sagaworks_config::KafkaSettings, topic: String| async move {
+        let producer: FutureProducer =
+            client_config(&kafka, &[("acks", "all"), ("message.timeout.ms", "8000")]).create().unwrap();
+        let record = FutureRecord::to(&topic).key("k").payload("{}");
+        producer.send(record, Duration::from_secs(8)).await.map(|_| ()).map_err(|(e, _)| e)
+    };
+    send(payment.clone(), topic("payment")).await.expect("payment writes its own topic");
+    let refused =
+        send(payment.clone(), topic("order")).await.expect_err("payment may not write order's topic");
+    assert_eq!(
+        refused,
+        KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed),
+        "{refused:?}"
+    );
+
+    // Inventory consumes `order`, not `payment`.
+    let consume = |kafka: sagaworks_config::KafkaSettings, topic: String| {
+        let consumer: BaseConsumer =
+            client_config(&kafka, &[("group.id", &format!("{}.inventory", kafka.topic_prefix))])
+                .create()
+                .unwrap();
+        consumer.subscribe(&[&topic]).unwrap();
+        // Up to 30 s of polls: the first error or message decides.
+        for _ in 0..300 {
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Err(e)) => return Err(e),
+                Some(Ok(_)) => return Ok(()),
+                None => {}
+            }
+        }
+        Ok(())
+    };
+    let refused = tokio::task::spawn_blocking({
+        let (inventory, topic) = (inventory.clone(), topic("payment"));
+        move || consume(inventory, topic)
+    })
+    .await
+    .unwrap()
+    .expect_err("inventory may not read payment's topic");
+    assert!(format!("{refused:?}").contains("TopicAuthorizationFailed"), "{refused:?}");
+
+    let wrong =
+        sagaworks_config::KafkaSettings { sasl_password: "not-the-password".into(), ..payment.clone() };
+    let refused = send(wrong, topic("payment")).await.expect_err("a wrong password is refused");
+    assert!(
+        format!("{refused:?}").contains("Authentication")
+            || format!("{refused:?}").contains("MessageTimedOut"),
+        "{refused:?}"
+    );
+    let plaintext = sagaworks_config::KafkaSettings { security_protocol: "plaintext".into(), ..payment };
+    send(plaintext, topic("payment")).await.expect_err("a plaintext client is refused");
+}

@@ -35,6 +35,12 @@ pub struct ServiceEntry {
     pub database: Option<Database>,
     #[serde(default)]
     pub topics: Vec<String>,
+    /// The aggregates whose topics its consumer reads.
+    #[serde(default)]
+    pub consumes: Vec<String>,
+    /// Hosts the dead-letter operations (reads every `.dlq` topic, replays onto any topic).
+    #[serde(default)]
+    pub operates_dead_letters: bool,
     #[serde(default)]
     pub calls: Vec<String>,
     /// Per service it calls, the gRPC methods it calls (the callee's allow-list).

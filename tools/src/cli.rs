@@ -350,6 +350,24 @@ pub struct CheckArgs {
     #[arg(long, value_name = "P", default_value = "sagaworks", help_heading = "Kafka")]
     pub topic_prefix: String,
 
+    /// A SASL_SSL broker: this SCRAM-SHA-512 user (e.g. `admin` of scripts/kafka's secure mode).
+    #[arg(long, value_name = "USER", env = "SW_KAFKA_USER", help_heading = "Kafka")]
+    pub kafka_user: Option<String>,
+
+    /// The user's password.
+    #[arg(
+        long,
+        value_name = "PASSWORD",
+        env = "SW_KAFKA_PASSWORD",
+        hide_env_values = true,
+        help_heading = "Kafka"
+    )]
+    pub kafka_password: Option<String>,
+
+    /// The CA certificate of the broker's (PEM; default: the system's roots).
+    #[arg(long, value_name = "FILE", env = "SW_KAFKA_CA_FILE", help_heading = "Kafka")]
+    pub kafka_ca_file: Option<String>,
+
     /// Give up reading the topics after this many seconds.
     #[arg(long, value_name = "S", default_value_t = 60, help_heading = "Kafka")]
     pub kafka_timeout_secs: u64,

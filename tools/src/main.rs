@@ -270,8 +270,13 @@ async fn run_check(args: CheckArgs) -> Result<ExitCode, ToolError> {
     report(check::stock::conserved(&dbs, &fixture.products, &customers, settle).await?);
     report(check::money::balanced(&dbs.order, &dbs.payment, &fixture.customers).await?);
     if let Some(brokers) = args.brokers {
-        let kafka =
-            KafkaSettings { brokers, topic_prefix: args.topic_prefix, properties: Default::default() };
+        let mut kafka = KafkaSettings { brokers, topic_prefix: args.topic_prefix, ..Default::default() };
+        if let Some(user) = args.kafka_user {
+            kafka.security_protocol = "sasl_ssl".into();
+            kafka.sasl_username = user;
+            kafka.sasl_password = args.kafka_password.unwrap_or_default();
+            kafka.ssl_ca_file = args.kafka_ca_file.unwrap_or_default();
+        }
         report(check::events::drained(&dbs, settle).await?);
         report(check::events::exactly_once(&dbs, &kafka, &kills, kafka_timeout).await?);
     }

@@ -217,8 +217,37 @@ pub struct KafkaSettings {
     pub brokers: String,
     /// Prefix of every topic name, so several environments can share a cluster.
     pub topic_prefix: String,
-    /// Extra librdkafka properties, e.g. security settings.
+    /// `plaintext`, or `sasl_ssl`: TLS (the broker's certificate checked against
+    /// `ssl_ca_file`, or the system's roots when empty) and SCRAM-SHA-512 as
+    /// `sasl_username` / `sasl_password` (each service its own user; its ACLs say which
+    /// topics it may write and read).
+    pub security_protocol: String,
+    pub sasl_username: String,
+    /// Redacted in `Debug`.
+    pub sasl_password: String,
+    pub ssl_ca_file: String,
+    /// Extra librdkafka properties (they win over the above).
     pub properties: std::collections::BTreeMap<String, String>,
+}
+
+impl KafkaSettings {
+    /// The librdkafka properties of `security_protocol` and the SASL and TLS settings;
+    /// none for `plaintext`.
+    pub fn security_properties(&self) -> Vec<(&'static str, String)> {
+        if !self.security_protocol.eq_ignore_ascii_case("sasl_ssl") {
+            return Vec::new();
+        }
+        let mut properties = vec![
+            ("security.protocol", "SASL_SSL".to_owned()),
+            ("sasl.mechanism", "SCRAM-SHA-512".to_owned()),
+            ("sasl.username", self.sasl_username.clone()),
+            ("sasl.password", self.sasl_password.clone()),
+        ];
+        if !self.ssl_ca_file.is_empty() {
+            properties.push(("ssl.ca.location", self.ssl_ca_file.clone()));
+        }
+        properties
+    }
 }
 
 impl std::fmt::Debug for KafkaSettings {
@@ -231,6 +260,10 @@ impl std::fmt::Debug for KafkaSettings {
         f.debug_struct("KafkaSettings")
             .field("brokers", &self.brokers)
             .field("topic_prefix", &self.topic_prefix)
+            .field("security_protocol", &self.security_protocol)
+            .field("sasl_username", &self.sasl_username)
+            .field("sasl_password", &if self.sasl_password.is_empty() { "" } else { REDACTED })
+            .field("ssl_ca_file", &self.ssl_ca_file)
             .field("properties", &properties)
             .finish()
     }
@@ -241,6 +274,10 @@ impl Default for KafkaSettings {
         Self {
             brokers: "127.0.0.1:9092".into(),
             topic_prefix: "sagaworks".into(),
+            security_protocol: "plaintext".into(),
+            sasl_username: String::new(),
+            sasl_password: String::new(),
+            ssl_ca_file: String::new(),
             properties: Default::default(),
         }
     }
@@ -308,7 +345,8 @@ mod tests {
         );
         assert_eq!(redact_url("postgres://order_svc@db/x"), "postgres://order_svc@db/x", "no password");
 
-        let mut kafka = KafkaSettings::default();
+        let mut kafka = KafkaSettings { sasl_password: "hunter1".into(), ..Default::default() };
+        assert!(!format!("{kafka:?}").contains("hunter1"));
         kafka.properties.insert("sasl.password".into(), "hunter2".into());
         kafka.properties.insert("sasl.jaas.config".into(), "x password=\"hunter3\"".into());
         kafka.properties.insert("security.protocol".into(), "SASL_SSL".into());

@@ -87,11 +87,14 @@ pub fn dlq_topic(topic: &str) -> String {
     format!("{topic}.dlq")
 }
 
-/// A librdkafka config: the brokers, then `defaults`, then the extra
-/// properties from the settings (which may override a default).
+/// A librdkafka config: the brokers, the security settings, then `defaults`, then
+/// the extra properties from the settings (which may override a default).
 pub fn client_config(kafka: &KafkaSettings, defaults: &[(&str, &str)]) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &kafka.brokers);
+    for (key, value) in kafka.security_properties() {
+        config.set(key, value);
+    }
     for (key, value) in defaults {
         config.set(*key, *value);
     }

@@ -42,7 +42,7 @@ fn crash_child() {
     let kafka = KafkaSettings {
         brokers: var("SW_CRASH_BROKERS"),
         topic_prefix: var("SW_CRASH_TOPIC_PREFIX"),
-        properties: Default::default(),
+        ..Default::default()
     };
     let url = var("SW_CRASH_DB_URL");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();

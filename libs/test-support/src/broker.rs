@@ -10,6 +10,10 @@
 //! * [`Broker::cluster`] — a cluster of its own (replication factor = nodes,
 //!   `min.insync.replicas` 2), whose nodes the test may kill, stop (SIGSTOP) and
 //!   restart one by one.
+//! * [`Broker::secured`] — a single node of its own in `scripts/kafka`'s secure mode:
+//!   SASL_SSL (the broker's certificate from [`crate::certs`]), a SCRAM user per
+//!   service and the ACLs of services.toml for one topic prefix;
+//!   [`Broker::kafka_settings_as`] connects as one of those users.
 //!
 //! A private broker lives under `<target dir>/kafka-test/<id>/` and is stopped
 //! and removed when the value is dropped; scripts/test stops any left behind by
@@ -31,6 +35,8 @@ pub struct Broker {
 struct Own {
     dir: PathBuf,
     nodes: u8,
+    /// Secure mode: the topic prefix its ACLs name.
+    secure_prefix: Option<String>,
 }
 
 impl Broker {
@@ -54,9 +60,50 @@ impl Broker {
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
         let port = free_ports(2 * u16::from(nodes));
         let args = ["--nodes".to_string(), nodes.to_string(), "--port".into(), port.to_string()];
-        let mut b = Self { bootstrap: String::new(), own: Some(Own { dir, nodes }) };
+        let mut b = Self { bootstrap: String::new(), own: Some(Own { dir, nodes, secure_prefix: None }) };
         b.bootstrap = b.kafka_script("up", &args).await;
         b
+    }
+
+    /// A single node of this test's own with a SASL_SSL listener, a SCRAM user per backend
+    /// of services.toml and their ACLs for topics `<prefix>.<aggregate>` (a prefix of its own).
+    pub async fn secured() -> Self {
+        let dir = target_dir().join("kafka-test").join(uuid::Uuid::new_v4().simple().to_string());
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        let port = free_ports(2);
+        let certs = crate::certs::tls("kafka");
+        let certs_dir = Path::new(&certs.ca_file).parent().expect("the certificates' directory").to_owned();
+        let prefix = format!("s{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let args = [
+            "--port".to_string(),
+            port.to_string(),
+            "--secure".into(),
+            certs_dir.display().to_string(),
+            "--topic-prefix".into(),
+            prefix.clone(),
+        ];
+        let mut b =
+            Self { bootstrap: String::new(), own: Some(Own { dir, nodes: 1, secure_prefix: Some(prefix) }) };
+        b.bootstrap = b.kafka_script("up", &args).await;
+        b
+    }
+
+    /// Settings for `user` (a backend's name, or `admin`) of a [`Broker::secured`] broker,
+    /// with the topic prefix its ACLs name.
+    pub fn kafka_settings_as(&self, user: &str) -> KafkaSettings {
+        let own = self.own();
+        let prefix = own.secure_prefix.clone().expect("Broker::secured() only");
+        let password = std::fs::read_to_string(own.dir.join("users").join(format!("{user}.password")))
+            .unwrap_or_else(|e| panic!("no Kafka user {user}: {e}"));
+        KafkaSettings {
+            brokers: self.address(),
+            topic_prefix: prefix,
+            security_protocol: "sasl_ssl".into(),
+            sasl_username: user.into(),
+            sasl_password: password.trim().into(),
+            ssl_ca_file: crate::certs::ca_file(),
+            ..Default::default()
+        }
     }
 
     /// The bootstrap servers (`host:port`, comma-separated for a cluster).
@@ -69,7 +116,7 @@ impl Broker {
         KafkaSettings {
             brokers: self.address(),
             topic_prefix: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
-            properties: Default::default(),
+            ..Default::default()
         }
     }
 
