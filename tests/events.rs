@@ -14,8 +14,9 @@ use system_tests::{Stack, channel_as};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-#[tokio::test]
-async fn inventory_commits_the_reservation_of_a_v1_order_confirmed_from_a_producer_not_yet_upgraded() {
+/// A stack with a product of 10 units, 3 of them reserved by inventory (called as order
+/// calls it) for a new order: the stack, the product, the order and the reservation.
+async fn three_reserved() -> (Stack, String, Uuid, Uuid) {
     let stack = Stack::start().await;
     let product = stack.product(100, 10).await;
     let (order_id, reservation_id) = (Uuid::now_v7(), Uuid::now_v7());
@@ -30,6 +31,12 @@ async fn inventory_commits_the_reservation_of_a_v1_order_confirmed_from_a_produc
         })
         .await
         .unwrap();
+    (stack, product, order_id, reservation_id)
+}
+
+#[tokio::test]
+async fn inventory_commits_the_reservation_of_a_v1_order_confirmed_from_a_producer_not_yet_upgraded() {
+    let (stack, product, order_id, reservation_id) = three_reserved().await;
     assert_eq!(stack.stock(&product).await, (7, 3, 0));
 
     // The old order service: its own database, outbox and relay, writing v1.
@@ -106,20 +113,7 @@ async fn the_gateway_serves_the_asyncapi_document_and_orders_confirm_with_v2() {
 /// The genuine event then sells the stock.
 #[tokio::test]
 async fn a_forged_order_confirmed_is_parked_not_applied() {
-    let stack = Stack::start().await;
-    let product = stack.product(100, 10).await;
-    let (order_id, reservation_id) = (Uuid::now_v7(), Uuid::now_v7());
-    let mut inventory =
-        InventoryServiceClient::new(channel_as("order", "inventory", &stack.inventory.grpc_url()).await);
-    inventory
-        .reserve_stock(inv::ReserveStockRequest {
-            idempotency_key: format!("{reservation_id}:reserve_stock"),
-            reservation_id: reservation_id.to_string(),
-            order_id: order_id.to_string(),
-            items: vec![inv::ReserveItem { product_id: product.clone(), quantity: 3 }],
-        })
-        .await
-        .unwrap();
+    let (stack, product, order_id, reservation_id) = three_reserved().await;
     assert_eq!(stack.stock(&product).await, (7, 3, 0));
 
     // An outbox of the forger's own, published by a relay: each row keeps its writer's source.
