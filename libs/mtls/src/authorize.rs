@@ -4,6 +4,7 @@
 use crate::{Policy, caller_of};
 use futures::future::Either;
 use http::{Request, Response};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
@@ -21,6 +22,30 @@ pub const DENIED_METRIC: &str = "rpc_server_denied_total";
 pub struct AuthorizeLayer {
     policy: Arc<Policy>,
     trust_domain: Arc<str>,
+    callers: Arc<Callers>,
+}
+
+/// The identity of each certificate seen, so a certificate is parsed once, not on every
+/// call (the parse was about 1.4 % of the order service's instructions). Keyed by the
+/// certificate's bytes, so a new certificate is always parsed; bounded, since only the
+/// services' few certificates are expected (beyond the bound, parsed every time).
+#[derive(Default)]
+struct Callers(std::sync::Mutex<HashMap<Vec<u8>, Option<String>>>);
+
+const MAX_CACHED_CERTIFICATES: usize = 64;
+
+impl Callers {
+    fn of(&self, der: &[u8], trust_domain: &str) -> Option<String> {
+        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(caller) = known.get(der) {
+            return caller.clone();
+        }
+        let caller = caller_of(der, trust_domain);
+        if known.len() < MAX_CACHED_CERTIFICATES {
+            known.insert(der.to_vec(), caller.clone());
+        }
+        caller
+    }
 }
 
 impl AuthorizeLayer {
@@ -30,7 +55,7 @@ impl AuthorizeLayer {
                 "caller" => caller.to_owned())
             .absolute(0);
         }
-        Self { policy: Arc::new(policy), trust_domain: trust_domain.into() }
+        Self { policy: Arc::new(policy), trust_domain: trust_domain.into(), callers: Arc::default() }
     }
 }
 
@@ -52,7 +77,7 @@ pub struct Authorize<S> {
 impl<S> Authorize<S> {
     fn caller<B>(&self, request: &Request<B>) -> Option<String> {
         let certs = request.extensions().get::<TlsConnectInfo<TcpConnectInfo>>()?.peer_certs()?;
-        caller_of(certs.first()?, &self.layer.trust_domain)
+        self.layer.callers.of(certs.first()?, &self.layer.trust_domain)
     }
 }
 
