@@ -182,7 +182,13 @@ async fn compensate_aborts_a_stuck_saga_and_restores_stock_and_money() {
             .contains(&("SagaCompensatedByOperator".into(), "operator:test-admin".into()))
     );
 
-    // Finished: every action is a 409 with the reason, and nothing changes.
+    // Finished: every action is a 409 with the reason, and nothing changes. The timeline
+    // first takes in the compensation's events, which arrive from Kafka on their own time.
+    sagaworks_test_support::eventually("the compensation's events in the timeline", WAIT, || async {
+        let types: Vec<String> = timeline(&stack, &order_id).await.into_iter().map(|(t, _)| t).collect();
+        ["StockReleased", "OrderCancelled"].iter().all(|t| types.iter().any(|have| have == t)).then_some(())
+    })
+    .await;
     let before = order_db_state(&stack, &saga_id).await;
     for action in ["retry", "compensate", "resolve"] {
         let path = format!("/v1/admin/sagas/{saga_id}/{action}");
