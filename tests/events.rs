@@ -34,15 +34,42 @@ async fn three_reserved() -> (Stack, String, Uuid, Uuid) {
     (stack, product, order_id, reservation_id)
 }
 
+/// A database with an outbox of its own and a relay publishing it to the stack's
+/// Kafka: a producer outside the stack (an order service not yet upgraded, a forger).
+/// Each row is published with the source of the `OutboxWriter` that wrote it.
+struct OwnOutbox {
+    pool: sqlx::PgPool,
+    stop: CancellationToken,
+    relaying: tokio::task::JoinHandle<()>,
+    _db: TestDatabase,
+}
+
+impl OwnOutbox {
+    async fn start(stack: &Stack, name: &str) -> Self {
+        let db = TestDatabase::create(name).await;
+        let pool = db.pool().await;
+        sagaworks_runtime::db::migrate(&pool, &mut [sagaworks_outbox::migrator()]).await.unwrap();
+        let settings = RelaySettings { service: "order".into(), ..Default::default() };
+        let relay = Relay::new(pool.clone(), &stack.kafka, settings).unwrap();
+        let stop = CancellationToken::new();
+        let relaying = tokio::spawn(relay.run(stop.clone()));
+        Self { pool, stop, relaying, _db: db }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.relaying.await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn inventory_commits_the_reservation_of_a_v1_order_confirmed_from_a_producer_not_yet_upgraded() {
     let (stack, product, order_id, reservation_id) = three_reserved().await;
     assert_eq!(stack.stock(&product).await, (7, 3, 0));
 
     // The old order service: its own database, outbox and relay, writing v1.
-    let old_order_db = TestDatabase::create("old_order").await;
-    let pool = old_order_db.pool().await;
-    sagaworks_runtime::db::migrate(&pool, &mut [sagaworks_outbox::migrator()]).await.unwrap();
+    let old_order = OwnOutbox::start(&stack, "old_order").await;
+    let pool = &old_order.pool;
     let mut tx = pool.begin().await.unwrap();
     let confirmed = v1::OrderConfirmed {
         order_id,
@@ -54,21 +81,12 @@ async fn inventory_commits_the_reservation_of_a_v1_order_confirmed_from_a_produc
     };
     OutboxWriter::new("order").append(&mut tx, &confirmed).await.unwrap();
     tx.commit().await.unwrap();
-    let relay = Relay::new(
-        pool.clone(),
-        &stack.kafka,
-        RelaySettings { service: "order".into(), ..Default::default() },
-    )
-    .unwrap();
-    let stop = CancellationToken::new();
-    let relaying = tokio::spawn(relay.run(stop.clone()));
 
     eventually("the v1 event's reservation sold", Duration::from_secs(60), || async {
         (stack.stock(&product).await == (7, 0, 3)).then_some(())
     })
     .await;
-    stop.cancel();
-    relaying.await.unwrap();
+    old_order.stop().await;
 }
 
 #[tokio::test]
@@ -117,9 +135,8 @@ async fn a_forged_order_confirmed_is_parked_not_applied() {
     assert_eq!(stack.stock(&product).await, (7, 3, 0));
 
     // An outbox of the forger's own, published by a relay: each row keeps its writer's source.
-    let forger_db = TestDatabase::create("forger").await;
-    let pool = forger_db.pool().await;
-    sagaworks_runtime::db::migrate(&pool, &mut [sagaworks_outbox::migrator()]).await.unwrap();
+    let forger = OwnOutbox::start(&stack, "forger").await;
+    let pool = &forger.pool;
     let confirmed = |order_id: Uuid| sagaworks_events::OrderConfirmed {
         order_id,
         customer_id: Uuid::now_v7(),
@@ -133,14 +150,6 @@ async fn a_forged_order_confirmed_is_parked_not_applied() {
     OutboxWriter::new("payment").append(&mut tx, &confirmed(order_id)).await.unwrap();
     OutboxWriter::new("order").append(&mut tx, &confirmed(other_order)).await.unwrap();
     tx.commit().await.unwrap();
-    let relay = Relay::new(
-        pool.clone(),
-        &stack.kafka,
-        RelaySettings { service: "order".into(), ..Default::default() },
-    )
-    .unwrap();
-    let stop = CancellationToken::new();
-    let relaying = tokio::spawn(relay.run(stop.clone()));
 
     let parked = |key: Uuid, group: &'static str| {
         let stack = &stack;
@@ -172,6 +181,5 @@ async fn a_forged_order_confirmed_is_parked_not_applied() {
         (stack.stock(&product).await == (7, 0, 3)).then_some(())
     })
     .await;
-    stop.cancel();
-    relaying.await.unwrap();
+    forger.stop().await;
 }

@@ -43,7 +43,8 @@ impl TlsSettings {
         }
     }
 
-    /// Whether TLS is configured (all three files named).
+    /// Whether TLS is asked for: any of the three files named (`Identity::load` then
+    /// requires all three).
     pub fn enabled(&self) -> bool {
         !self.ca_file.is_empty() || !self.cert_file.is_empty() || !self.key_file.is_empty()
     }

@@ -464,8 +464,9 @@ impl<H: Handler> Consumer<H> {
         if self.settings.sources.is_empty() {
             return None;
         }
-        let prefix = format!("{}.", self.kafka.topic_prefix);
-        let aggregate = event.topic.strip_prefix(&prefix).unwrap_or(&event.topic);
+        let aggregate = (event.topic.strip_prefix(self.kafka.topic_prefix.as_str()))
+            .and_then(|rest| rest.strip_prefix('.'))
+            .unwrap_or(&event.topic);
         match self.settings.sources.get(aggregate) {
             Some(expected) if *expected == event.source => None,
             Some(expected) => Some(format!(

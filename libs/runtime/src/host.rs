@@ -58,6 +58,7 @@ pub struct ServiceHost {
     http: TcpListener,
     faults: Option<FaultInjector>,
     identity: Option<Identity>,
+    policy: Policy,
     name: &'static str,
 }
 
@@ -93,13 +94,20 @@ impl ServiceHost {
             tracing::warn!("tls is off: the gRPC port is plaintext and admits any caller (development only)");
         }
         // Checked before anything else starts: a broken allow-list is a build error, in effect.
-        Policy::for_service(name)?;
+        let policy = Policy::for_service(name)?;
         if database.migrate {
             db::migrate_as_owner(database, &mut migrators).await?;
         }
         let pool = db::pool(database)?;
-        let host =
-            Self { pool, grpc: listen(grpc).await?, http: listen(http).await?, faults: None, identity, name };
+        let host = Self {
+            pool,
+            grpc: listen(grpc).await?,
+            http: listen(http).await?,
+            faults: None,
+            identity,
+            policy,
+            name,
+        };
         Ok(host.with_faults(fault))
     }
 
@@ -154,10 +162,7 @@ impl ServiceHost {
         let servers = async {
             tokio::try_join!(
                 async {
-                    let tls = match &self.identity {
-                        Some(identity) => Some((identity, Policy::for_service(self.name)?)),
-                        None => None,
-                    };
+                    let tls = self.identity.as_ref().map(|identity| (identity, self.policy.clone()));
                     crate::serve::grpc(self.name, self.grpc, routes, tls, shutdown.clone())
                         .await
                         .map_err(HostError::from)
