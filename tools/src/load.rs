@@ -15,6 +15,7 @@ use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Debug, Clone)]
 pub struct LoadPlan {
@@ -116,10 +117,16 @@ pub fn check_plan(fixture: &Fixture, plan: &LoadPlan) -> Result<(), ToolError> {
     Ok(())
 }
 
-async fn worker(orders: Arc<Orders>, fixture: Arc<Fixture>, plan: LoadPlan, deadline: Instant) -> LoadReport {
+async fn worker(
+    orders: Arc<Orders>,
+    fixture: Arc<Fixture>,
+    plan: LoadPlan,
+    deadline: Instant,
+    stop: Arc<AtomicBool>,
+) -> LoadReport {
     let mut rng = StdRng::from_os_rng();
     let mut report = LoadReport::default();
-    while Instant::now() < deadline {
+    while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
         let (customer, items) = random_order(&mut rng, &fixture, &plan);
         let started = Instant::now();
         let sample = place(&orders, &customer, &items).await;
@@ -145,17 +152,19 @@ async fn worker(orders: Arc<Orders>, fixture: Arc<Fixture>, plan: LoadPlan, dead
     report
 }
 
-/// Runs `plan.concurrency` workers for `plan.duration`.
+/// Runs `plan.concurrency` workers for `plan.duration`, or until `stop`
+/// (each worker finishes the order in hand and the report is complete).
 pub async fn run(
     orders: Arc<Orders>,
     fixture: Arc<Fixture>,
     plan: LoadPlan,
+    stop: Arc<AtomicBool>,
 ) -> Result<LoadReport, ToolError> {
     check_plan(&fixture, &plan)?;
     let started = Instant::now();
     let deadline = started + plan.duration;
     let workers: Vec<_> = (0..plan.concurrency.max(1))
-        .map(|_| tokio::spawn(worker(orders.clone(), fixture.clone(), plan.clone(), deadline)))
+        .map(|_| tokio::spawn(worker(orders.clone(), fixture.clone(), plan.clone(), deadline, stop.clone())))
         .collect();
     let mut report = LoadReport::default();
     for w in workers {

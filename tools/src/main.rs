@@ -88,7 +88,19 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     let admin = pg::connect(&args.pg_admin, "postgres").await?;
     let commits_before = pg::server_commits(&admin).await?;
     let cpu_before = CpuTimes::read();
-    let mut report = load::run(orders, fixture, plan.clone()).await?;
+    // SIGTERM ends the run early, with its report (the chaos script stops
+    // the load once its faults are done).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| ToolError::Usage(format!("cannot listen for SIGTERM: {e}")))?;
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            term.recv().await;
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let mut report = load::run(orders, fixture, plan.clone(), stop).await?;
     let cpu = cpu_before.zip(CpuTimes::read()).map(|(before, after)| after.since(&before));
     let commits = commits_since(&admin, commits_before).await?;
     if let Some(path) = &args.accepted_out {
