@@ -249,12 +249,7 @@ impl Selector {
 }
 
 /// Who acts, why, and the key that makes a repeated call a replay of the first.
-#[derive(Debug, Clone)]
-pub struct Operator {
-    pub actor: String,
-    pub reason: String,
-    pub idempotency_key: String,
-}
+pub use sagaworks_runtime::operator::Operator;
 
 /// What a replay or discard did.
 #[derive(Debug, Clone, PartialEq, Eq)]

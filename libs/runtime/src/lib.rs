@@ -8,6 +8,7 @@
 //! * [`health`] — `/health/live`, `/health/ready` (runs [`health::Check`]s) and
 //!   `/metrics` as one axum router.
 //! * [`metrics`] — the process-wide Prometheus recorder.
+//! * [`operator`] — [`operator::Operator`], who acts by hand on a saga or a dead letter.
 //! * [`serve`] — HTTP and gRPC servers with graceful shutdown.
 //! * [`shutdown`] — a cancellation token fired by SIGTERM or Ctrl-C.
 //! * [`idempotency`] — at-most-once execution of mutating calls per key.
@@ -20,6 +21,7 @@ pub mod health;
 pub mod host;
 pub mod idempotency;
 pub mod metrics;
+pub mod operator;
 pub mod serve;
 pub mod shutdown;
 pub mod watchdog;

@@ -25,87 +25,18 @@
 //! [`Saga::on_operator_action`](crate::Saga::on_operator_action) (e.g. a line
 //! in the order's timeline), committed with it.
 
-use crate::SagaStatus;
 use crate::definition::Position;
-use crate::engine::{Engine, Next, transition};
+use crate::engine::{DriveError, Engine, Next, State, transition};
+use crate::operator::{ActionKind, Audit, Operator, OperatorAction};
 use crate::statement::Statement;
-use crate::step::{Saga, StepContext, StepError};
-use crate::store::{INSTANCE_COLUMNS, InstanceRecord};
+use crate::step::{Saga, StepError};
+use crate::store::{INSTANCE_COLUMNS, InstanceRecord, SagaStatus};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::{AssertSqlSafe, PgPool, Postgres, QueryBuilder};
 use std::time::Duration;
 use uuid::Uuid;
-
-/// Who acts, why, and under which idempotency key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Operator {
-    pub actor: String,
-    pub reason: String,
-    pub idempotency_key: String,
-}
-
-/// What an operator does to an instance; see the module docs.
-#[derive(Debug, Clone, PartialEq)]
-pub enum OperatorAction {
-    RetryNow,
-    Compensate,
-    /// The current step's effect, stated by hand: the output of a forward
-    /// step (JSON of its `Output` type; `null` for `()`), ignored for a
-    /// compensation.
-    Resolve {
-        output: Value,
-    },
-}
-
-/// The kind of an [`OperatorAction`], as recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum ActionKind {
-    Retry,
-    Compensate,
-    Resolve,
-}
-
-impl ActionKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActionKind::Retry => "RETRY",
-            ActionKind::Compensate => "COMPENSATE",
-            ActionKind::Resolve => "RESOLVE",
-        }
-    }
-
-    /// The outcome recorded in the step's history.
-    pub(crate) fn outcome(self) -> &'static str {
-        match self {
-            ActionKind::Retry => "retried",
-            ActionKind::Compensate => "abandoned",
-            ActionKind::Resolve => "resolved",
-        }
-    }
-}
-
-impl OperatorAction {
-    pub fn kind(&self) -> ActionKind {
-        match self {
-            OperatorAction::RetryNow => ActionKind::Retry,
-            OperatorAction::Compensate => ActionKind::Compensate,
-            OperatorAction::Resolve { .. } => ActionKind::Resolve,
-        }
-    }
-}
-
-/// An operator's action as the host sees it ([`Saga::on_operator_action`]).
-#[derive(Debug, Clone, Copy)]
-pub struct OperatorRecord<'a> {
-    pub action: ActionKind,
-    /// The step it acted on.
-    pub step: &'a str,
-    pub actor: &'a str,
-    pub reason: &'a str,
-}
 
 /// What [`Engine::act`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,11 +66,11 @@ pub enum ActionError {
     Db(#[from] sqlx::Error),
 }
 
-impl From<crate::DriveError> for ActionError {
-    fn from(e: crate::DriveError) -> Self {
+impl From<DriveError> for ActionError {
+    fn from(e: DriveError) -> Self {
         match e {
-            crate::DriveError::Db(e) => ActionError::Db(e),
-            crate::DriveError::Host(_, e) => ActionError::Host(e),
+            DriveError::Db(e) => ActionError::Db(e),
+            DriveError::Host(_, e) => ActionError::Host(e),
             other => ActionError::Conflict(other.to_string()),
         }
     }
@@ -308,15 +239,10 @@ impl<S: Saga> Engine<S> {
     }
 
     /// Clears the backoff and hands the instance back to the worker, with the audit row.
-    async fn retry_now(
-        &self,
-        id: Uuid,
-        state: &crate::engine::State<S>,
-        audit: &Audit<'_>,
-    ) -> Result<(), ActionError> {
+    async fn retry_now(&self, id: Uuid, state: &State<S>, audit: &Audit<'_>) -> Result<(), ActionError> {
         let mut w = Statement::new("saga_s");
         let (pid, owner) = (w.bind(id), w.bind(self.owner().to_string()));
-        w.with(
+        w.unguarded(
             "saga_s",
             format!(
                 "UPDATE saga_instances SET lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now(),
@@ -325,44 +251,12 @@ impl<S: Saga> Engine<S> {
             ),
         );
         let step = self.definition().name_at(state.at());
-        self.audit(&mut w, id, step, state, audit)?;
+        self.audit(&mut w, id, step, state, audit).map_err(ActionError::Host)?;
         let (sql, args) = w.finish("SELECT now() FROM saga_s")?;
         let done: Option<DateTime<Utc>> =
             sqlx::query_scalar_with(AssertSqlSafe(sql), args).fetch_optional(self.pool()).await?;
         done.map(|_| ()).ok_or(ActionError::Conflict(format!("saga {id} was taken over meanwhile")))
     }
-
-    /// Adds the action's audit row and the host's record of it to `w`.
-    pub(crate) fn audit(
-        &self,
-        w: &mut Statement,
-        id: Uuid,
-        step: &'static str,
-        state: &crate::engine::State<S>,
-        audit: &Audit<'_>,
-    ) -> Result<(), ActionError> {
-        let op = audit.operator;
-        let (action, sname) = (w.bind(audit.action.as_str()), w.bind(step));
-        let (actor, reason, key) =
-            (w.bind(op.actor.clone()), w.bind(op.reason.clone()), w.bind(op.idempotency_key.clone()));
-        let guard = w.guard().to_string();
-        w.with(
-            "saga_audit",
-            format!(
-                "INSERT INTO saga_operator_actions (saga_id, action, step, actor, reason, idempotency_key)
-                 SELECT id, {action}, {sname}, {actor}, {reason}, {key} FROM {guard}"
-            ),
-        );
-        let ctx = state.context(id, step);
-        let record = OperatorRecord { action: audit.action, step, actor: &op.actor, reason: &op.reason };
-        self.definition().saga.on_operator_action(&ctx, &record, w).map_err(ActionError::Host)
-    }
-}
-
-/// An operator's action committed with a transition.
-pub(crate) struct Audit<'a> {
-    pub(crate) action: ActionKind,
-    pub(crate) operator: &'a Operator,
 }
 
 /// Which instances [`list`] returns.
@@ -501,31 +395,6 @@ pub async fn list(
         None
     };
     Ok(Page { sagas, next })
-}
-
-/// Unfinished instances of `saga_type` with no progress for longer than `stuck_after`.
-pub async fn count_stuck(pool: &PgPool, saga_type: &str, stuck_after: Duration) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM saga_instances
-         WHERE saga_type = $1 AND status IN ('RUNNING', 'COMPENSATING')
-           AND progressed_at < now() - make_interval(secs => $2)",
-    )
-    .bind(saga_type)
-    .bind(stuck_after.as_secs_f64())
-    .fetch_one(pool)
-    .await
-}
-
-impl<S: Saga> crate::engine::State<S> {
-    pub(crate) fn context(&self, id: Uuid, step: &'static str) -> StepContext<'_, S> {
-        StepContext {
-            saga_id: id,
-            step,
-            input: &self.input,
-            outputs: &self.outputs,
-            failure_reason: self.failure_reason.as_deref(),
-        }
-    }
 }
 
 #[cfg(test)]

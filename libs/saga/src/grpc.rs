@@ -7,20 +7,35 @@
 //! out, a broken connection) is `Failed`. A compensation that was not sent
 //! has undone nothing yet, so it is `Failed` (retried), never `Rejected`.
 //! Business refusals (`FAILED_PRECONDITION`, `NOT_FOUND`, ...) are `Rejected`.
+//!
+//! A step maps its call's error with [`StepContext::grpc_error`], which knows
+//! the step and its direction:
+//!
+//! ```ignore
+//! client.charge(request).await.map_err(|s| ctx.grpc_error(&s))?;
+//! ```
 
-use crate::step::StepError;
+use crate::step::{Saga, StepContext, StepError};
 use sagaworks_resilience::Rejection;
 use tonic::Code;
 
+impl<S: Saga> StepContext<'_, S> {
+    /// The running step's gRPC call answered `status`: how the step failed.
+    pub fn grpc_error(&self, status: &tonic::Status) -> StepError {
+        let direction = if self.is_compensation() { Direction::Compensation } else { Direction::Forward };
+        step_error(self.step(), direction, status)
+    }
+}
+
 /// Which way the call went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
+enum Direction {
     Forward,
     Compensation,
 }
 
 /// Classifies `status`, the answer to step `step`'s call.
-pub fn step_error(step: &str, direction: Direction, status: &tonic::Status) -> StepError {
+fn step_error(step: &str, direction: Direction, status: &tonic::Status) -> StepError {
     let what = format!("{step}: {}", status.message());
     let why = match sagaworks_resilience::rejection(status) {
         Some(Rejection::BulkheadFull) => Some("too many calls in flight"),

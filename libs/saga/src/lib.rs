@@ -19,46 +19,61 @@
 //!                                  compensations: retried until they succeed (or are refused: nothing to undo) ──> COMPENSATED
 //! ```
 //!
-//! * [`definition`] — building a [`Definition`]: misdeclared sagas do not compile.
-//! * [`step`] — the [`Action`] and [`Compensation`] traits, the [`StepContext`]
-//!   a step reads the saga's input and earlier outputs from, and [`StepError`].
-//! * [`statement`] — [`Statement`], the one SQL statement a transition commits,
-//!   to which the host adds its business writes and events.
-//! * [`engine`] — [`Engine`]: starts, drives and resumes instances.
-//! * [`grpc`] — a participant's gRPC status as a [`StepError`].
+//! What a host uses:
+//!
+//! * [`Definition`] — the steps in order; a misdeclared saga does not compile.
+//! * [`Saga`], [`Action`], [`Compensation`] — what a host writes; a step reads
+//!   the saga's input and earlier outputs from its [`StepContext`] and fails
+//!   with a [`StepError`] (a gRPC status maps with [`StepContext::grpc_error`]).
+//! * [`Statement`] — the one SQL statement a transition commits; the host adds
+//!   its writes ([`Statement::guarded`]: written only while the driver holds
+//!   the instance's lease) and events.
+//! * [`Engine`] — starts ([`Engine::prepare`], [`Launch`], [`Started`]),
+//!   drives and resumes instances ([`Engine::worker_task`]).
 //! * [`admin`] — operating instances: listing, stuck detection, and an
 //!   operator's retry now, compensate and resolve.
-//! * [`faults`] — fault injection for tests (off unless configured).
-//! * [`testing`] — the fault matrix generated from a definition's [`Shape`]
-//!   (as `libtest-mimic` trials with the `testing` feature).
+//! * [`metrics`] — the names of the engine's metrics.
+//! * `testing` (feature `testing`) — the fault matrix generated from a
+//!   definition's [`Shape`], as `libtest-mimic` trials.
 //!
 //! A host service writes a [`Saga`] (its input type and the writes that end
 //! an instance), its steps, and one [`Definition`]; it runs the crate's
-//! [`migrator`] with its own, inserts instances in its own statements
-//! ([`Engine::insert`]), and runs [`Engine::run_worker`]. See the order
-//! service's `saga` module for a real one and this crate's `tests/example.rs`
-//! for a four-step saga with its generated fault matrix.
+//! [`migrator`] with its own, starts instances with its own writes
+//! ([`Engine::prepare`]), and runs the worker ([`Engine::worker_task`]). See
+//! the order service's `saga` module for a real one and this crate's
+//! `tests/example.rs` for a four-step saga with its generated fault matrix.
 
 pub mod admin;
-pub mod definition;
-pub mod engine;
-pub mod faults;
-pub mod grpc;
-pub mod statement;
-pub mod step;
+mod definition;
+mod engine;
+mod faults;
+mod grpc;
+mod operator;
+mod settings;
+mod statement;
+mod step;
+mod store;
+#[cfg(feature = "testing")]
 pub mod testing;
 
-mod settings;
-pub mod store;
-
-pub use definition::{Definition, DefinitionError, Shape, StepKind, StepOptions, StepShape};
-pub use engine::{DriveError, Driven, Engine, NEW_INSTANCE, NewInstance, SettingsError, Started};
-pub use settings::SagaSettings;
-pub use statement::Statement;
-pub use step::{Action, Compensation, End, Saga, StepContext, StepError};
-pub use store::{
-    AttemptRecord, INSTANCE_COLUMNS, InstanceRecord, SagaStatus, StepRecord, StepStatus, steps_json,
+pub use definition::{
+    AfterPivot, BeforePivot, Builder, Definition, DefinitionError, Shape, StepKind, StepOptions, StepShape,
+    valid_name,
 };
+pub use engine::{DriveError, Driven, Engine, Launch, NewInstance, SettingsError, Started};
+pub use operator::{ActionKind, Operator, OperatorAction, OperatorRecord};
+pub use settings::SagaSettings;
+pub use statement::{Guard, Statement, Write};
+pub use step::{Action, Compensation, End, Saga, StepContext, StepError};
+pub use store::{AttemptRecord, InstanceRecord, SagaStatus, StepRecord, StepStatus, instance_json};
+
+/// The names of the engine's metrics, each labelled `saga` (see [`Engine`]'s
+/// docs for the others).
+pub mod metrics {
+    pub use crate::engine::telemetry::{
+        DURATION_SECONDS, FINISHED_TOTAL, RESUMED_TOTAL, STEP_DURATION_SECONDS, STEPS_TOTAL, STUCK,
+    };
+}
 
 /// Migrations for `saga_instances` and `saga_instance_steps` (they share
 /// `_sqlx_migrations` with the host's own; see `sagaworks_runtime::db::migrate`).

@@ -3,18 +3,24 @@
 //! Every transition (a step's result, the saga's next state, the next step's
 //! attempt, the host's business writes and outbox events) is one statement:
 //! a chain of data-modifying common table expressions, atomic without a
-//! transaction and one round trip. The engine writes its own parts first;
-//! the host adds its writes with [`Statement::with`] and its events with
-//! [`Statement::event`]. Every host part must select from
-//! [`Statement::guard`], the engine's lease-guarded update of the instance,
-//! so that a driver that lost its lease writes nothing at all:
+//! transaction and one round trip. The engine writes its own parts first,
+//! among them the **guard**: the lease-guarded update of the instance, which
+//! returns one row exactly when this driver still holds the lease. The host
+//! adds its writes with [`Statement::guarded`] and its events with
+//! [`Statement::event`]; both select from the guard, so a driver that lost
+//! its lease writes nothing at all:
 //!
 //! ```ignore
-//! let id = w.bind(order_id);
-//! let guard = w.guard();
-//! w.with("confirm", format!("UPDATE orders SET status = 'CONFIRMED' FROM {guard} WHERE orders.id = {id}"));
-//! w.event(outbox.pending(NewEvent::new("order", order_id, "OrderConfirmed", payload)?)?);
+//! let (id, status) = (w.bind(order_id), w.bind("CONFIRMED"));
+//! w.guarded("confirm", |g| g.update("orders").set(format!("status = {status}")).filter(format!("orders.id = {id}")));
+//! w.event(outbox.stage(&OrderConfirmed { order_id, .. })?);
 //! ```
+//!
+//! A [`Write`] can only be built from the [`Guard`] that
+//! [`Statement::guarded`] hands its closure, and renders it into the SQL
+//! (`UPDATE .. FROM guard`, `INSERT .. SELECT .. FROM guard`,
+//! `DELETE .. USING guard`): a host part cannot leave it out. A part that
+//! must not be guarded says so with [`Statement::unguarded`].
 //!
 //! Placeholders are numbered in the order values are bound, so the same
 //! sequence of parts gives the same SQL text, which sqlx prepares once per
@@ -65,15 +71,27 @@ impl Statement {
         placeholder(self.count)
     }
 
-    /// The CTE every part selects from: it returns one row exactly when the
-    /// transition is to be written.
-    pub fn guard(&self) -> &str {
-        &self.guard
+    /// Adds `name AS (<write>)`, a write that happens exactly when the
+    /// transition is written: `build` gets the statement's [`Guard`] and
+    /// returns the [`Write`] made from it. `name` must be unique in the
+    /// statement; the engine's own parts are named `saga_*`.
+    pub fn guarded(&mut self, name: &str, build: impl FnOnce(Guard<'_>) -> Write) {
+        let write = build(Guard(&self.guard));
+        let sql = write.render(&self.guard);
+        self.with(name, sql);
     }
 
-    /// Adds `name AS (body)`. `name` must be unique in the statement; the
-    /// engine's own parts are named `saga_*`.
-    pub fn with(&mut self, name: &str, body: impl AsRef<str>) {
+    /// Adds `name AS (body)` without the guard: a part that is written
+    /// whatever the guard returns, or that is itself the guard (a host that
+    /// starts a saga in its own statement names its first part as the
+    /// guard, see [`Statement::new`]). Reads that the guarded parts select
+    /// from are unguarded too.
+    pub fn unguarded(&mut self, name: &str, body: impl AsRef<str>) {
+        self.with(name, body)
+    }
+
+    /// Adds `name AS (body)`.
+    fn with(&mut self, name: &str, body: impl AsRef<str>) {
         let body = body.as_ref();
         self.sql.reserve(name.len() + body.len() + 10);
         self.next_part();
@@ -114,6 +132,135 @@ impl Statement {
     }
 }
 
+/// The statement's guard, handed to the closure of [`Statement::guarded`]:
+/// the only way to start a [`Write`].
+#[derive(Debug, Clone, Copy)]
+pub struct Guard<'a>(&'a str);
+
+impl Guard<'_> {
+    /// `UPDATE <table> SET <set> FROM <guard>[, <from>] [WHERE <filter>]`.
+    pub fn update(self, table: &str) -> Write {
+        Write::new(Kind::Update, table)
+    }
+
+    /// `INSERT INTO <table> SELECT <select> FROM <guard>[, <from>] [WHERE <filter>] [<on_conflict>]`;
+    /// `table` may list the columns: `"items (id, name)"`.
+    pub fn insert(self, table: &str) -> Write {
+        Write::new(Kind::Insert, table)
+    }
+
+    /// `DELETE FROM <table> USING <guard>[, <from>] [WHERE <filter>]`.
+    pub fn delete(self, table: &str) -> Write {
+        Write::new(Kind::Delete, table)
+    }
+}
+
+impl std::fmt::Display for Guard<'_> {
+    /// The guard's CTE name, e.g. for a subquery in a filter.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Update,
+    Insert,
+    Delete,
+}
+
+/// A guarded write under construction (see [`Guard`]): the guard is always
+/// the first item of its `FROM` (or `USING`), so the write affects nothing
+/// when the guard returns no row.
+#[derive(Debug, Clone)]
+#[must_use = "a write does nothing until returned to Statement::guarded"]
+pub struct Write {
+    kind: Kind,
+    table: String,
+    /// `SET` of an update, the select list of an insert.
+    values: String,
+    from: Vec<String>,
+    filter: Option<String>,
+    tail: Option<String>,
+}
+
+impl Write {
+    fn new(kind: Kind, table: &str) -> Self {
+        Self { kind, table: table.into(), values: String::new(), from: Vec::new(), filter: None, tail: None }
+    }
+
+    /// An update's assignments: `"status = $1, updated_at = now()"`.
+    pub fn set(mut self, assignments: impl Into<String>) -> Self {
+        self.values = assignments.into();
+        self
+    }
+
+    /// An insert's select list: `"$1, $2, now()"` (one row per row of the guard
+    /// and of [`Write::from`]).
+    pub fn select(mut self, values: impl Into<String>) -> Self {
+        self.values = values.into();
+        self
+    }
+
+    /// A further `FROM` item after the guard, e.g. `"UNNEST($1::uuid[]) AS p (id)"`.
+    pub fn from(mut self, item: impl Into<String>) -> Self {
+        self.from.push(item.into());
+        self
+    }
+
+    /// The `WHERE` condition.
+    pub fn filter(mut self, condition: impl Into<String>) -> Self {
+        self.filter = Some(condition.into());
+        self
+    }
+
+    /// What follows an insert's select: `"ON CONFLICT (..) DO NOTHING"`, `"RETURNING id"`.
+    pub fn then(mut self, tail: impl Into<String>) -> Self {
+        self.tail = Some(tail.into());
+        self
+    }
+
+    fn render(&self, guard: &str) -> String {
+        let mut sql = String::with_capacity(64 + self.table.len() + self.values.len());
+        let from_word = match self.kind {
+            Kind::Update => {
+                sql.push_str("UPDATE ");
+                sql.push_str(&self.table);
+                sql.push_str(" SET ");
+                sql.push_str(&self.values);
+                " FROM "
+            }
+            Kind::Insert => {
+                sql.push_str("INSERT INTO ");
+                sql.push_str(&self.table);
+                sql.push_str(" SELECT ");
+                sql.push_str(&self.values);
+                " FROM "
+            }
+            Kind::Delete => {
+                sql.push_str("DELETE FROM ");
+                sql.push_str(&self.table);
+                " USING "
+            }
+        };
+        sql.push_str(from_word);
+        sql.push_str(guard);
+        for item in &self.from {
+            sql.push_str(", ");
+            sql.push_str(item);
+        }
+        if let Some(filter) = &self.filter {
+            sql.push_str(" WHERE ");
+            sql.push_str(filter);
+        }
+        if let Some(tail) = &self.tail {
+            sql.push(' ');
+            sql.push_str(tail);
+        }
+        sql
+    }
+}
+
 /// `$n`, without the formatting machinery (a statement binds dozens).
 fn placeholder(n: usize) -> String {
     let mut digits = [0u8; 20];
@@ -148,10 +295,31 @@ mod tests {
         let mut w = Statement::new("s");
         let a = w.bind(1_i64);
         let b = w.bind("x");
-        w.with("one", format!("UPDATE t SET a = {a} FROM s WHERE b = {b}"));
+        w.guarded("one", |g| g.update("t").set(format!("a = {a}")).filter(format!("b = {b}")));
         let (sql, args) = w.finish("SELECT 1 FROM s").unwrap();
         assert_eq!(sql, "WITH one AS (UPDATE t SET a = $1 FROM s WHERE b = $2)\nSELECT 1 FROM s");
         assert_eq!(args.len(), 2);
+    }
+
+    #[test]
+    fn every_guarded_write_selects_from_the_guard() {
+        let mut w = Statement::new("g");
+        let id = w.bind(1_i64);
+        w.guarded("u", |g| g.update("t").set("a = 1").filter(format!("t.id = {id}")));
+        w.guarded("i", |g| {
+            g.insert("t (id, a)")
+                .select("p.id, 2")
+                .from("UNNEST($9::int[]) AS p (id)")
+                .then("ON CONFLICT DO NOTHING")
+        });
+        w.guarded("d", |g| g.delete("t").filter(format!("t.a = (SELECT 1 FROM {g})")));
+        assert_eq!(
+            w.finish("SELECT 1 FROM g").unwrap().0,
+            "WITH u AS (UPDATE t SET a = 1 FROM g WHERE t.id = $1),\n\
+             i AS (INSERT INTO t (id, a) SELECT p.id, 2 FROM g, UNNEST($9::int[]) AS p (id) ON CONFLICT DO NOTHING),\n\
+             d AS (DELETE FROM t USING g WHERE t.a = (SELECT 1 FROM g))\n\
+             SELECT 1 FROM g"
+        );
     }
 
     #[test]

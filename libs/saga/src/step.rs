@@ -6,6 +6,7 @@
 //! instance when it succeeds, so a step after a crash reads what the step
 //! before returned on another replica.
 
+use crate::operator::OperatorRecord;
 use crate::statement::Statement;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -40,7 +41,7 @@ pub trait Saga: Send + Sync + 'static {
     fn on_operator_action(
         &self,
         _ctx: &StepContext<'_, Self>,
-        _action: &crate::admin::OperatorRecord<'_>,
+        _action: &OperatorRecord<'_>,
         _w: &mut Statement,
     ) -> Result<(), StepError>
     where
@@ -133,6 +134,7 @@ impl StepError {
 pub struct StepContext<'a, S: Saga> {
     pub(crate) saga_id: Uuid,
     pub(crate) step: &'static str,
+    pub(crate) compensation: bool,
     pub(crate) input: &'a S::Input,
     pub(crate) outputs: &'a serde_json::Map<String, serde_json::Value>,
     pub(crate) failure_reason: Option<&'a str>,
@@ -146,6 +148,11 @@ impl<'a, S: Saga> StepContext<'a, S> {
     /// The running step's (or compensation's) name.
     pub fn step(&self) -> &'static str {
         self.step
+    }
+
+    /// A compensation runs (not a forward step).
+    pub fn is_compensation(&self) -> bool {
+        self.compensation
     }
 
     /// `<saga id>:<step name>`: the same on every attempt of this step of

@@ -2,6 +2,7 @@
 //! (see the crate's migrations), their status enums, and the reads a host
 //! shows (e.g. an order's saga and its steps).
 
+use crate::step::Saga;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::{AssertSqlSafe, FromRow, PgExecutor};
@@ -196,14 +197,29 @@ pub struct InstanceRecord {
     pub steps: Vec<StepRecord>,
 }
 
-/// The columns of [`InstanceRecord`], for a host's own queries.
-pub const INSTANCE_COLUMNS: &str = "id, saga_type, key, status, current_step, failure_reason, traceparent, \
+/// The columns of [`InstanceRecord`].
+pub(crate) const INSTANCE_COLUMNS: &str = "id, saga_type, key, status, current_step, failure_reason, traceparent, \
      created_at, updated_at, progressed_at, finished_at";
+
+/// A SQL expression for a host's own queries: the instance of saga `S` whose
+/// key is the SQL expression `key`, with its steps, as the JSON of an
+/// [`InstanceRecord`] (decode it as `sqlx::types::Json<InstanceRecord>`), or
+/// NULL when there is none.
+pub fn instance_json<S: Saga>(key: &str) -> String {
+    // A definition's name is lower case, digits and `_`; quoted all the same.
+    format!(
+        "(SELECT row_to_json(s) FROM (
+              SELECT {INSTANCE_COLUMNS}, {steps} AS steps
+              FROM saga_instances i WHERE i.saga_type = '{saga}' AND i.key = {key}) s)",
+        steps = steps_json("i"),
+        saga = S::NAME.replace('\'', "''"),
+    )
+}
 
 /// A JSON expression of an instance's steps as [`StepRecord`]s (for
 /// `sqlx::types::Json<Vec<StepRecord>>`), `instance` being the SQL name of
 /// the instance's row.
-pub fn steps_json(instance: &str) -> String {
+pub(crate) fn steps_json(instance: &str) -> String {
     format!(
         "(SELECT COALESCE(json_agg(st ORDER BY st.started_at, st.name), '[]')
           FROM (SELECT name, status, attempts, error, started_at, finished_at, history, attempt_started_at

@@ -28,6 +28,11 @@
 use crate::definition::{Shape, StepKind};
 use crate::{SagaSettings, SagaStatus};
 
+/// The worker's poll, for plan tests: it must read only unfinished instances
+/// (an index scan on `saga_instances_runnable`), however many finished ones
+/// the table holds.
+pub use crate::engine::LEASE_SQL;
+
 /// A fault the matrix injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {

@@ -14,13 +14,11 @@
 //! definition: its cases came with it.
 
 use sagaworks_outbox::{NewEvent, OutboxWriter};
-use sagaworks_saga::admin::{
-    self, ActionError, ListFilter, Operator, OperatorAction, OperatorRecord, StatusFilter,
-};
+use sagaworks_saga::admin::{self, ActionError, ListFilter, StatusFilter};
 use sagaworks_saga::testing::{self, Case};
 use sagaworks_saga::{
-    Action, Compensation, Definition, End, Engine, NEW_INSTANCE, NewInstance, Saga, SagaSettings, SagaStatus,
-    Started, Statement, StepContext, StepError, StepOptions,
+    Action, Compensation, Definition, DriveError, End, Engine, Launch, NewInstance, Operator, OperatorAction,
+    OperatorRecord, Saga, SagaSettings, SagaStatus, Statement, StepContext, StepError, StepOptions,
 };
 use sagaworks_test_support::TestDatabase;
 use serde::{Deserialize, Serialize};
@@ -55,11 +53,9 @@ impl Saga for Purchase {
         };
         let id = ctx.input().purchase_id;
         let (pid, pstatus) = (w.bind(id), w.bind(status));
-        let guard = w.guard().to_string();
-        w.with(
-            "purchase_end",
-            format!("UPDATE purchases SET status = {pstatus} FROM {guard} WHERE purchases.id = {pid}"),
-        );
+        w.guarded("purchase_end", |g| {
+            g.update("purchases").set(format!("status = {pstatus}")).filter(format!("purchases.id = {pid}"))
+        });
         let event = NewEvent::new("purchase", id, event, serde_json::json!({ "purchase_id": id }))
             .and_then(|e| self.outbox.pending(e))
             .map_err(|e| StepError::Failed(e.to_string()))?;
@@ -77,11 +73,9 @@ impl Saga for Purchase {
         let line =
             format!("{} {} by {}: {}", action.action.as_str(), action.step, action.actor, action.reason);
         let (id, line) = (w.bind(ctx.input().purchase_id), w.bind(line));
-        let guard = w.guard().to_string();
-        w.with(
-            "purchase_log",
-            format!("INSERT INTO purchase_log (purchase_id, line) SELECT {id}, {line} FROM {guard}"),
-        );
+        w.guarded("purchase_log", |g| {
+            g.insert("purchase_log (purchase_id, line)").select(format!("{id}, {line}"))
+        });
         Ok(())
     }
 }
@@ -169,11 +163,9 @@ impl Action<Purchase> for Reserve {
         w: &mut Statement,
     ) -> Result<(), StepError> {
         let (id, total) = (w.bind(ctx.input().purchase_id), w.bind(output.total_cents));
-        let guard = w.guard().to_string();
-        w.with(
-            "purchase_total",
-            format!("UPDATE purchases SET total_cents = {total} FROM {guard} WHERE purchases.id = {id}"),
-        );
+        w.guarded("purchase_total", |g| {
+            g.update("purchases").set(format!("total_cents = {total}")).filter(format!("purchases.id = {id}"))
+        });
         Ok(())
     }
 }
@@ -372,8 +364,9 @@ async fn shop() -> (TestDatabase, PgPool) {
     (database, pool)
 }
 
-/// The host's own statement: the purchase and its saga instance, together.
-async fn place(engine: &Engine<Purchase>, pool: &PgPool, quantity: i64, stop: &CancellationToken) -> Uuid {
+/// A purchase of `quantity` and its saga, prepared (with one of the
+/// replica's permits when it has one free).
+fn launch(engine: &Engine<Purchase>, quantity: i64) -> (Uuid, Launch<Purchase>) {
     let purchase_id = Uuid::now_v7();
     let instance = NewInstance {
         id: Uuid::now_v7(),
@@ -381,15 +374,26 @@ async fn place(engine: &Engine<Purchase>, pool: &PgPool, quantity: i64, stop: &C
         input: PurchaseInput { purchase_id, quantity },
         traceparent: None,
     };
-    let permit = engine.try_permit();
+    (purchase_id, engine.prepare(instance).expect("the input encodes"))
+}
+
+/// The host's own statement: the purchase and its saga instance, together;
+/// the purchase's insert is the guard of the instance's rows.
+async fn commit_purchase(
+    pool: &PgPool,
+    purchase_id: Uuid,
+    launch: Launch<Purchase>,
+) -> sagaworks_saga::Started<Purchase> {
     let mut w = Statement::new("p");
     let id = w.bind(purchase_id);
-    w.with("p", format!("INSERT INTO purchases (id, status) VALUES ({id}, 'PENDING') RETURNING id"));
-    engine.insert(&mut w, &instance, permit.is_some()).expect("insert");
-    let (sql, args) = w.finish(&format!("SELECT created_at FROM {NEW_INSTANCE}")).expect("statement");
-    let created_at =
-        sqlx::query_scalar_with(AssertSqlSafe(sql), args).fetch_one(pool).await.expect("purchase placed");
-    engine.start(Started { instance, created_at, permit }, Duration::from_secs(5), stop).await;
+    w.unguarded("p", format!("INSERT INTO purchases (id, status) VALUES ({id}, 'PENDING') RETURNING id"));
+    launch.commit(w, pool).await.expect("purchase placed").expect("a new purchase")
+}
+
+/// Places a purchase and drives its saga (or hands it to the worker).
+async fn place(engine: &Engine<Purchase>, pool: &PgPool, quantity: i64, stop: &CancellationToken) -> Uuid {
+    let (purchase_id, launch) = launch(engine, quantity);
+    commit_purchase(pool, purchase_id, launch).await.run(Duration::from_secs(5), stop).await;
     purchase_id
 }
 
@@ -646,7 +650,7 @@ fn operator_trials() -> Vec<libtest_mimic::Trial> {
             sqlx::query("SET LOCAL plan_cache_mode = force_generic_plan").execute(&mut *tx).await.unwrap();
             let plan: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
                 "EXPLAIN (ANALYZE, FORMAT TEXT) {}",
-                sagaworks_saga::engine::LEASE_SQL
+                testing::LEASE_SQL
             )))
             .bind("me")
             .bind(30.0_f64)
@@ -879,6 +883,80 @@ fn other_trials() -> Vec<libtest_mimic::Trial> {
             }
             Ok(())
         }),
+        db_trial("a_step_that_lost_its_lease_writes_nothing", |pool, stop| async move {
+            // One permit, held by a launch never committed: the purchase's saga
+            // is created leased to this replica but not driven, and is driven
+            // below by hand.
+            let engine = Engine::new(
+                pool.clone(),
+                definition(&pool),
+                SagaSettings { max_concurrent: 1, ..settings() },
+            )
+            .unwrap();
+            let (_, busy) = launch(&engine, 1);
+            let (purchase, saga) = launch(&engine, 2);
+            let saga = commit_purchase(&pool, purchase, saga).await.id();
+            drop(busy);
+            // The reservation will wait for the stock row this transaction holds: mid-step.
+            let mut stock = pool.begin().await.unwrap();
+            sqlx::query("SELECT available FROM stock WHERE id = 1 FOR UPDATE")
+                .execute(&mut *stock)
+                .await
+                .unwrap();
+            let driver = tokio::spawn({
+                let (engine, stop) = (engine.clone(), stop.clone());
+                async move { engine.drive(saga, &stop).await }
+            });
+            sagaworks_test_support::eventually(
+                "the reservation to be running",
+                Duration::from_secs(30),
+                || async {
+                    let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM calls WHERE step = 'reserve'")
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                    (calls == 1).then_some(())
+                },
+            )
+            .await;
+            // Meanwhile the lease goes to another replica (this one was paused past it).
+            sqlx::query("UPDATE saga_instances SET lease_owner = 'other', lease_expires_at = now() + interval '1 hour' WHERE id = $1")
+                .bind(saga)
+                .execute(&pool)
+                .await
+                .unwrap();
+            stock.rollback().await.unwrap();
+            // The step's call returned, but its transition and the host's record of it are not written.
+            match driver.await.unwrap() {
+                Err(DriveError::LeaseLost(id)) if id == saga => {}
+                other => panic!("the late driver must find its lease lost: {other:?}"),
+            }
+            let total: i64 = sqlx::query_scalar("SELECT total_cents FROM purchases WHERE id = $1")
+                .bind(purchase)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            assert_eq!(total, 0, "the step's record (the purchase's total) was written without the lease");
+            let step: (String, Option<serde_json::Value>) = sqlx::query_as(
+                "SELECT status, output FROM saga_instance_steps WHERE saga_id = $1 AND name = 'reserve'",
+            )
+            .bind(saga)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            assert_eq!(
+                step,
+                ("RUNNING".to_string(), None),
+                "the step's result was written without the lease"
+            );
+            let instance: (String, String) =
+                sqlx::query_as("SELECT current_step, lease_owner FROM saga_instances WHERE id = $1")
+                    .bind(saga)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            assert_eq!(instance, ("reserve".to_string(), "other".to_string()));
+        }),
         db_trial("a_stopping_worker_hands_its_instance_to_another_at_once", |pool, stop| async move {
             // Leases far longer than the test: only a hand-back lets another replica in.
             let long_lease = || SagaSettings { lease_ms: 600_000, max_concurrent: 1, ..settings() };
@@ -892,7 +970,7 @@ fn other_trials() -> Vec<libtest_mimic::Trial> {
                 .await
                 .unwrap();
             // With the replica's one permit taken, the new instance goes to its worker.
-            let busy = first.try_permit();
+            let (_, busy) = launch(&first, 1);
             let purchase = place(&first, &pool, 2, &first_stop).await;
             drop(busy);
             let saga: Uuid = sqlx::query_scalar("SELECT id FROM saga_instances WHERE key = $1")

@@ -10,10 +10,8 @@ use sagaworks_outbox::OutboxWriter;
 use sagaworks_proto::order::v1 as pb;
 use sagaworks_proto::order::v1::order_service_server::OrderService;
 use sagaworks_proto::timestamp;
-use sagaworks_saga::admin::{
-    self, ActionRecord, Cursor, ListFilter, Operator, OperatorAction, StatusFilter, Summary,
-};
-use sagaworks_saga::{Engine, InstanceRecord, Saga, Started};
+use sagaworks_saga::admin::{self, ActionRecord, Cursor, ListFilter, StatusFilter, Summary};
+use sagaworks_saga::{Engine, InstanceRecord, Operator, OperatorAction, Saga};
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use std::time::Duration;
@@ -207,19 +205,15 @@ impl OrderService for Orders {
             // another replica resumes the saga later.
             traceparent: sagaworks_telemetry::propagation::current_traceparent(),
         };
-        // Taken first: a saga this replica will drive at once gets its first
-        // attempt recorded with the order.
-        let permit = self.saga.try_permit();
         // One statement, atomic on its own: no transaction needed.
         let mut conn = self.pool.acquire().await.map_err(Error::from)?;
-        let created = orders::create(&mut conn, &self.outbox, &self.saga, &new, permit.is_some()).await?;
+        let created = orders::create(&mut conn, &self.outbox, &self.saga, &new).await?;
         drop(conn);
         let (order_id, replayed) = match created {
-            Created::New { order_id, saga, created_at } => {
+            Created::New { order_id, saga } => {
                 let wait =
                     Duration::from_millis(u64::from(r.wait_millis).min(self.saga.settings().max_wait_ms));
-                let started = Started { instance: *saga, created_at, permit };
-                self.saga.start(started, wait, &self.shutdown).await;
+                saga.run(wait, &self.shutdown).await;
                 (order_id, false)
             }
             Created::Replayed { order_id } => (order_id, true),
@@ -267,7 +261,7 @@ impl OrderService for Orders {
             "" => None,
             c => Some(c.parse::<Cursor>().map_err(|e| invalid_argument("cursor", e))?),
         };
-        if !r.step.is_empty() && (r.step.len() > 63 || !sagaworks_saga::definition::valid_name(&r.step)) {
+        if !r.step.is_empty() && (r.step.len() > 63 || !sagaworks_saga::valid_name(&r.step)) {
             return Err(invalid_argument(
                 "step",
                 "a step name: a lower-case letter, then letters, digits and '_'",

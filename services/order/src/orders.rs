@@ -5,9 +5,7 @@ use crate::saga::{Line, OrderInput, PlaceOrder};
 use chrono::{DateTime, Utc};
 use sagaworks_events::{OrderCreated, OrderLine};
 use sagaworks_outbox::OutboxWriter;
-use sagaworks_saga::{
-    Engine, INSTANCE_COLUMNS, InstanceRecord, NEW_INSTANCE, NewInstance, Saga, Statement, steps_json,
-};
+use sagaworks_saga::{Engine, InstanceRecord, NewInstance, Saga, Started, Statement, instance_json};
 use serde::{Deserialize, Serialize};
 use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, FromRow, PgConnection};
@@ -54,9 +52,9 @@ pub struct NewOrder {
     pub traceparent: Option<String>,
 }
 
-/// The outcome of [`create`]: a new order with its saga, or the one its key already made.
+/// The outcome of [`create`]: a new order with its saga (to run), or the one its key already made.
 pub enum Created {
-    New { order_id: Uuid, saga: Box<NewInstance<PlaceOrder>>, created_at: DateTime<Utc> },
+    New { order_id: Uuid, saga: Box<Started<PlaceOrder>> },
     Replayed { order_id: Uuid },
 }
 
@@ -64,10 +62,8 @@ const ORDER_COLUMNS: &str =
     "id, customer_id, status, total_cents, failure_reason, trace_id, created_at, updated_at";
 
 /// Inserts the PENDING order, its items, its saga instance (leased to this
-/// replica, see [`Engine::insert`]) and its `OrderCreated` event, in one
+/// replica, see [`Engine::prepare`]) and its `OrderCreated` event, in one
 /// statement: outside a transaction it commits all of them or nothing.
-/// With `first_attempt` (the caller holds a permit and drives the saga at
-/// once) the saga's first attempt is recorded too.
 #[tracing::instrument(name = "db.create", skip_all, fields(
     otel.name = "create orders", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
     db.operation.name = "create", db.collection.name = "orders"))]
@@ -76,7 +72,6 @@ pub async fn create(
     outbox: &OutboxWriter,
     engine: &Engine<PlaceOrder>,
     new: &NewOrder,
-    first_attempt: bool,
 ) -> Result<Created> {
     let order_id = Uuid::now_v7();
     let saga_id = Uuid::now_v7();
@@ -89,12 +84,14 @@ pub async fn create(
         items: lines.iter().map(|l| OrderLine { product_id: l.product_id, quantity: l.quantity }).collect(),
         saga_id,
     })?;
-    let saga = NewInstance {
-        id: saga_id,
-        key: order_id.to_string(),
-        input: OrderInput { order_id, customer_id: new.customer_id, items: lines },
-        traceparent: new.traceparent.clone(),
-    };
+    let saga = engine
+        .prepare(NewInstance {
+            id: saga_id,
+            key: order_id.to_string(),
+            input: OrderInput { order_id, customer_id: new.customer_id, items: lines },
+            traceparent: new.traceparent.clone(),
+        })
+        .map_err(|e| Error::Saga(e.to_string()))?;
     // One round trip: the order, its items, its saga and its event, or
     // nothing when the key was used before.
     let mut w = Statement::new("o");
@@ -102,7 +99,8 @@ pub async fn create(
         (w.bind(order_id), w.bind(new.customer_id), w.bind(new.idempotency_key.clone()));
     let (hash, trace_id, traceparent) =
         (w.bind(new.request_hash.clone()), w.bind(trace_id), w.bind(new.traceparent.clone()));
-    w.with(
+    // The guard of the statement: the rest is written only when the order is new.
+    w.unguarded(
         "o",
         format!(
             "INSERT INTO orders (id, customer_id, status, idempotency_key, request_hash, trace_id, traceparent)
@@ -114,19 +112,13 @@ pub async fn create(
     let products: Vec<Uuid> = new.items.keys().copied().collect();
     let quantities: Vec<i64> = new.items.values().copied().collect();
     let (products, quantities) = (w.bind(products), w.bind(quantities));
-    w.with(
-        "items",
-        format!(
-            "INSERT INTO order_items (order_id, product_id, quantity)
-             SELECT o.id, i.product_id, i.quantity FROM o, UNNEST({products}::uuid[], {quantities}::bigint[]) AS i (product_id, quantity)"
-        ),
-    );
-    engine.insert(&mut w, &saga, first_attempt).map_err(|e| Error::Saga(e.to_string()))?;
+    w.guarded("items", |g| {
+        g.insert("order_items (order_id, product_id, quantity)")
+            .select(format!("{g}.id, i.product_id, i.quantity"))
+            .from(format!("UNNEST({products}::uuid[], {quantities}::bigint[]) AS i (product_id, quantity)"))
+    });
     w.event(event);
-    let (sql, args) = w.finish(&format!("SELECT created_at FROM {NEW_INSTANCE}"))?;
-    let created: Option<DateTime<Utc>> =
-        sqlx::query_scalar_with(AssertSqlSafe(sql), args).fetch_optional(&mut *conn).await?;
-    let Some(created_at) = created else {
+    let Some(started) = saga.commit(w, &mut *conn).await? else {
         let (id, hash) = sqlx::query_as::<_, (Uuid, Vec<u8>)>(
             "SELECT id, request_hash FROM orders WHERE customer_id = $1 AND idempotency_key = $2",
         )
@@ -140,7 +132,7 @@ pub async fn create(
             Err(Error::KeyReused)
         };
     };
-    Ok(Created::New { order_id, saga: Box::new(saga), created_at })
+    Ok(Created::New { order_id, saga: Box::new(started) })
 }
 
 /// An order with its saga (and the saga's steps) and its event timeline.
@@ -166,15 +158,12 @@ pub async fn view(conn: &mut PgConnection, id: Uuid) -> Result<OrderView> {
              (SELECT COALESCE(json_agg(i ORDER BY i.product_id), '[]')
               FROM (SELECT product_id, quantity, unit_price_cents FROM order_items WHERE order_id = o.id) i)
                  AS item_list,
-             (SELECT row_to_json(s) FROM (
-                  SELECT {INSTANCE_COLUMNS}, {steps} AS steps
-                  FROM saga_instances i WHERE i.saga_type = '{saga}' AND i.key = o.id::text) s) AS saga,
+             {saga} AS saga,
              (SELECT COALESCE(json_agg(t ORDER BY t.occurred_at, t.event_id), '[]')
               FROM (SELECT event_id, event_type, source, occurred_at FROM order_timeline WHERE order_id = o.id) t)
                  AS timeline
          FROM orders o WHERE o.id = $1",
-        steps = steps_json("i"),
-        saga = PlaceOrder::NAME,
+        saga = instance_json::<PlaceOrder>("o.id::text"),
     )))
     .bind(id)
     .fetch_optional(conn)

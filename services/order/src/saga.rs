@@ -21,9 +21,10 @@ use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceCl
 use sagaworks_proto::payment::v1 as pay;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use sagaworks_resilience::ResilientChannel;
-use sagaworks_saga::admin::{ActionKind, OperatorRecord};
-use sagaworks_saga::grpc::{Direction, step_error};
-use sagaworks_saga::{Action, Compensation, Definition, End, Saga, Statement, StepContext, StepError};
+use sagaworks_saga::{
+    Action, ActionKind, Compensation, Definition, End, OperatorRecord, Saga, Statement, StepContext,
+    StepError,
+};
 use sagaworks_telemetry::grpc::{ClientTrace, ClientTraceLayer};
 use serde::{Deserialize, Serialize};
 use tower::Layer;
@@ -101,14 +102,11 @@ impl Saga for PlaceOrder {
             }
         };
         let (id, status, reason) = (w.bind(input.order_id), w.bind(status), w.bind(reason));
-        let guard = w.guard().to_string();
-        w.with(
-            "order_end",
-            format!(
-                "UPDATE orders SET status = {status}, failure_reason = {reason}, updated_at = now()
-                 FROM {guard} WHERE orders.id = {id}"
-            ),
-        );
+        w.guarded("order_end", |g| {
+            g.update("orders")
+                .set(format!("status = {status}, failure_reason = {reason}, updated_at = now()"))
+                .filter(format!("orders.id = {id}"))
+        });
         w.event(event.map_err(|e| StepError::Failed(e.to_string()))?);
         Ok(())
     }
@@ -127,14 +125,10 @@ impl Saga for PlaceOrder {
         };
         let (order, event) = (w.bind(ctx.input().order_id), w.bind(Uuid::now_v7()));
         let (event_type, source) = (w.bind(event_type), w.bind(format!("operator:{}", action.actor)));
-        let guard = w.guard().to_string();
-        w.with(
-            "order_timeline_action",
-            format!(
-                "INSERT INTO order_timeline (order_id, event_id, event_type, source, occurred_at)
-                 SELECT {order}, {event}, {event_type}, {source}, now() FROM {guard}"
-            ),
-        );
+        w.guarded("order_timeline_action", |g| {
+            g.insert("order_timeline (order_id, event_id, event_type, source, occurred_at)")
+                .select(format!("{order}, {event}, {event_type}, {source}, now()"))
+        });
         Ok(())
     }
 }
@@ -173,13 +167,8 @@ impl Action<PlaceOrder> for ReserveStock {
                 .map(|l| inv::ReserveItem { product_id: l.product_id.to_string(), quantity: l.quantity })
                 .collect(),
         };
-        let reservation = self
-            .0
-            .clone()
-            .reserve_stock(request)
-            .await
-            .map_err(|s| step_error(Self::NAME, Direction::Forward, &s))?
-            .into_inner();
+        let reservation =
+            self.0.clone().reserve_stock(request).await.map_err(|s| ctx.grpc_error(&s))?.into_inner();
         let prices = reservation
             .lines
             .iter()
@@ -201,19 +190,17 @@ impl Action<PlaceOrder> for ReserveStock {
             r.prices.iter().map(|p| (p.product_id, p.unit_price_cents)).unzip();
         let id = w.bind(ctx.input().order_id);
         let (products, cents, total) = (w.bind(products), w.bind(cents), w.bind(r.total_cents));
-        let guard = w.guard().to_string();
-        w.with(
-            "order_prices",
-            format!(
-                "UPDATE order_items SET unit_price_cents = p.price
-                 FROM {guard}, UNNEST({products}::uuid[], {cents}::bigint[]) AS p (product_id, price)
-                 WHERE order_items.order_id = {id} AND order_items.product_id = p.product_id"
-            ),
-        );
-        w.with(
-            "order_total",
-            format!("UPDATE orders SET total_cents = {total}, updated_at = now() FROM {guard} WHERE orders.id = {id}"),
-        );
+        w.guarded("order_prices", |g| {
+            g.update("order_items")
+                .set("unit_price_cents = p.price")
+                .from(format!("UNNEST({products}::uuid[], {cents}::bigint[]) AS p (product_id, price)"))
+                .filter(format!("order_items.order_id = {id} AND order_items.product_id = p.product_id"))
+        });
+        w.guarded("order_total", |g| {
+            g.update("orders")
+                .set(format!("total_cents = {total}, updated_at = now()"))
+                .filter(format!("orders.id = {id}"))
+        });
         Ok(())
     }
 }
@@ -230,11 +217,7 @@ impl Compensation<PlaceOrder> for ReleaseStock {
             order_id: ctx.input().order_id.to_string(),
             reason: ctx.failure_reason().to_string(),
         };
-        self.0
-            .clone()
-            .release_reservation(request)
-            .await
-            .map_err(|s| step_error(Self::NAME, Direction::Compensation, &s))?;
+        self.0.clone().release_reservation(request).await.map_err(|s| ctx.grpc_error(&s))?;
         Ok(())
     }
 }
@@ -254,7 +237,7 @@ impl Action<PlaceOrder> for ChargePayment {
             order_id: input.order_id.to_string(),
             amount_cents: ctx.output::<ReserveStock>()?.total_cents,
         };
-        self.0.clone().charge(request).await.map_err(|s| step_error(Self::NAME, Direction::Forward, &s))?;
+        self.0.clone().charge(request).await.map_err(|s| ctx.grpc_error(&s))?;
         Ok(())
     }
 }
@@ -271,11 +254,7 @@ impl Compensation<PlaceOrder> for RefundPayment {
             order_id: ctx.input().order_id.to_string(),
             reason: ctx.failure_reason().to_string(),
         };
-        self.0
-            .clone()
-            .refund(request)
-            .await
-            .map_err(|s| step_error(Self::NAME, Direction::Compensation, &s))?;
+        self.0.clone().refund(request).await.map_err(|s| ctx.grpc_error(&s))?;
         Ok(())
     }
 }

@@ -10,7 +10,7 @@ use sagaworks_outbox::{DeadLetters, service};
 use sagaworks_proto::deadletter::v1::dead_letter_service_server::DeadLetterServiceServer;
 use sagaworks_proto::order::v1::order_service_server::OrderServiceServer;
 use sagaworks_runtime::health::Readiness;
-use sagaworks_runtime::host::{HostError, ServiceHost, Task};
+use sagaworks_runtime::host::{HostError, ServiceHost};
 use sagaworks_saga::Engine;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -83,17 +83,10 @@ impl Application {
         let routes = tonic::service::Routes::new(OrderServiceServer::new(orders))
             .add_service(DeadLetterServiceServer::new(DeadLetterApi::new(dead_letters.clone())));
         let shutdown_gauges = shutdown.clone();
-        let saga_worker: Task = Box::pin({
-            let worker = self.saga.clone().run_worker(shutdown.clone());
-            async move {
-                worker.await;
-                Ok(())
-            }
-        });
         let readiness = service::readiness(Readiness::new(), &pool, &s.kafka, &s.outbox)?;
         let mut tasks = service::relay_task(&pool, &s.kafka, &s.outbox, &shutdown)?;
         tasks.push(service::consumer_task(&pool, &s.kafka, &s.consumer, Timeline, &shutdown)?);
-        tasks.push(("saga worker", saga_worker));
+        tasks.push(self.saga.worker_task(&shutdown));
         tasks.push((
             "dead-letter gauges",
             Box::pin(async move {

@@ -4,7 +4,7 @@
 use crate::error::Error;
 use crate::items::{self, Item, NewItem};
 use crate::saga::ClaimUnit;
-use sagaworks_saga::{Engine, Started};
+use sagaworks_saga::Engine;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use crate::pb;
@@ -84,15 +84,12 @@ impl {{Name}}Service for Items {
         };
         // Asked before the transaction: no connection is held while waiting on the network.
         self.check_product(new.product_id).await?;
-        // Taken first: a saga this replica drives at once gets its first attempt recorded with it.
-        let permit = self.saga.try_permit();
         let mut tx = self.pool.begin().await.map_err(Error::from)?;
-        let created = items::create(&mut tx, &self.outbox, &self.saga, new, permit.is_some()).await?;
+        let created = items::create(&mut tx, &self.outbox, &self.saga, new).await?;
         tx.commit().await.map_err(Error::from)?;
         // Answers when the claim has ended, or after `saga.max_wait_ms` with the item PENDING.
         let wait = Duration::from_millis(self.saga.settings().max_wait_ms);
-        let started = Started { instance: created.saga, created_at: created.saga_created_at, permit };
-        self.saga.start(started, wait, &self.shutdown).await;
+        created.saga.run(wait, &self.shutdown).await;
         let mut conn = self.pool.acquire().await.map_err(Error::from)?;
         Ok(Response::new(item(items::get(&mut conn, created.item.id).await?)))
     }

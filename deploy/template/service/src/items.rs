@@ -7,7 +7,7 @@ use crate::saga::{ClaimInput, ClaimUnit};
 use chrono::{DateTime, Utc};
 use crate::contract::ItemCreated;
 use sagaworks_outbox::OutboxWriter;
-use sagaworks_saga::{Engine, NEW_INSTANCE, NewInstance, Statement};
+use sagaworks_saga::{Engine, NewInstance, Started};
 use sqlx::{AssertSqlSafe, FromRow, PgConnection};
 use uuid::Uuid;
 
@@ -27,24 +27,21 @@ pub struct NewItem {
     pub name: String,
 }
 
-/// A new item and its claim saga, created (not yet driven).
+/// A new item and its claim saga, created (not yet driven: [`Started::run`]).
 pub struct Created {
     pub item: Item,
-    pub saga: NewInstance<ClaimUnit>,
-    pub saga_created_at: DateTime<Utc>,
+    pub saga: Started<ClaimUnit>,
 }
 
 const ITEM_COLUMNS: &str = "id, product_id, name, status, created_at";
 
 /// Inserts the item, its `ItemCreated` event and its claim saga (see
-/// [`Engine::insert`]; `first_attempt`: the caller holds a permit and drives
-/// the saga at once).
+/// [`Engine::prepare`]) in the caller's transaction.
 pub async fn create(
     conn: &mut PgConnection,
     outbox: &OutboxWriter,
     engine: &Engine<ClaimUnit>,
     new: NewItem,
-    first_attempt: bool,
 ) -> Result<Created> {
     let item = sqlx::query_as::<_, Item>(AssertSqlSafe(format!(
         "INSERT INTO items (id, product_id, name) VALUES ($1, $2, $3)
@@ -59,19 +56,17 @@ pub async fn create(
     let event = ItemCreated { item_id: item.id, product_id: item.product_id, name: item.name.clone() };
     outbox.append(conn, &event).await?;
 
-    let saga = NewInstance {
-        id: Uuid::now_v7(),
-        key: item.id.to_string(),
-        input: ClaimInput { item_id: item.id, product_id: item.product_id },
-        traceparent: sagaworks_telemetry::propagation::current_traceparent(),
-    };
+    let launch = engine
+        .prepare(NewInstance {
+            id: Uuid::now_v7(),
+            key: item.id.to_string(),
+            input: ClaimInput { item_id: item.id, product_id: item.product_id },
+            traceparent: sagaworks_telemetry::propagation::current_traceparent(),
+        })
+        .map_err(|e| Error::Saga(e.to_string()))?;
     // The instance's rows, in the same transaction as the item.
-    let mut w = Statement::new("one");
-    w.with("one", "SELECT 1");
-    engine.insert(&mut w, &saga, first_attempt).map_err(|e| Error::Saga(e.to_string()))?;
-    let (sql, args) = w.finish(&format!("SELECT created_at FROM {NEW_INSTANCE}"))?;
-    let saga_created_at = sqlx::query_scalar_with(AssertSqlSafe(sql), args).fetch_one(&mut *conn).await?;
-    Ok(Created { item, saga, saga_created_at })
+    let saga = launch.insert(&mut *conn).await?;
+    Ok(Created { item, saga })
 }
 
 pub async fn get(conn: &mut PgConnection, id: Uuid) -> Result<Item> {

@@ -20,7 +20,6 @@ use sagaworks_outbox::OutboxWriter;
 use sagaworks_proto::inventory::v1 as inv;
 use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use sagaworks_resilience::ResilientChannel;
-use sagaworks_saga::grpc::{Direction, step_error};
 use sagaworks_saga::{Action, Compensation, Definition, End, Saga, Statement, StepContext, StepError};
 use sagaworks_telemetry::grpc::{ClientTrace, ClientTraceLayer};
 use serde::{Deserialize, Serialize};
@@ -63,8 +62,10 @@ impl Saga for ClaimUnit {
             }
         };
         let (id, status) = (w.bind(item_id), w.bind(status));
-        let guard = w.guard().to_string();
-        w.with("item_end", format!("UPDATE items SET status = {status} FROM {guard} WHERE items.id = {id}"));
+        // Guarded: written only while this replica holds the saga's lease.
+        w.guarded("item_end", |g| {
+            g.update("items").set(format!("status = {status}")).filter(format!("items.id = {id}"))
+        });
         w.event(event.map_err(|e| StepError::Failed(e.to_string()))?);
         Ok(())
     }
@@ -85,7 +86,7 @@ impl Action<ClaimUnit> for ReserveUnit {
             order_id: input.item_id.to_string(),
             items: vec![inv::ReserveItem { product_id: input.product_id.to_string(), quantity: 1 }],
         };
-        self.0.clone().reserve_stock(request).await.map_err(|s| step_error(Self::NAME, Direction::Forward, &s))?;
+        self.0.clone().reserve_stock(request).await.map_err(|s| ctx.grpc_error(&s))?;
         Ok(())
     }
 }
@@ -106,7 +107,7 @@ impl Compensation<ClaimUnit> for ReleaseUnit {
             .clone()
             .release_reservation(request)
             .await
-            .map_err(|s| step_error(Self::NAME, Direction::Compensation, &s))?;
+            .map_err(|s| ctx.grpc_error(&s))?;
         Ok(())
     }
 }

@@ -9,7 +9,7 @@ use crate::pb::{{name}}_service_server::{{Name}}ServiceServer;
 use sagaworks_outbox::service;
 use sagaworks_resilience::ResilientChannel;
 use sagaworks_runtime::health::Readiness;
-use sagaworks_runtime::host::{HostError, ServiceHost, Task};
+use sagaworks_runtime::host::{HostError, ServiceHost};
 use sagaworks_saga::Engine;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -80,14 +80,7 @@ impl Application {
         let mut tasks = service::relay_task(&pool, &s.kafka, &s.outbox, &shutdown)?;
         tasks.push(service::consumer_task(&pool, &s.kafka, &s.consumer, OrderEvents, &shutdown)?);
         // Resumes sagas whose driver stopped (a crash, a restart, a retry).
-        let saga_worker: Task = Box::pin({
-            let worker = self.saga.run_worker(shutdown.clone());
-            async move {
-                worker.await;
-                Ok(())
-            }
-        });
-        tasks.push(("saga worker", saga_worker));
+        tasks.push(self.saga.worker_task(&shutdown));
         Ok(self.host.run(routes, readiness, tasks, shutdown).await?)
     }
 }
