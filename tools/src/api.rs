@@ -112,8 +112,31 @@ impl Api {
             .await?;
         let status = res.status().as_u16();
         let body = res.bytes().await?;
-        crate::target::gateway_outcome(status, &body)
+        gateway_outcome(status, &body)
     }
+}
+
+/// The answer of a target that is not an order (a body that does not parse).
+pub(crate) fn not_an_order(target: &str, status: u16, e: &serde_json::Error) -> ToolError {
+    ToolError::Answer(format!("{target} answered {status} with a body that is not an order: {e}"))
+}
+
+/// An accepted order as the gateway and the Restate peer answer it.
+#[derive(serde::Deserialize)]
+pub(crate) struct OrderBody {
+    pub(crate) order_id: String,
+    pub(crate) status: String,
+}
+
+/// What the gateway's answer to `POST /v1/orders` means: `201`/`200` with the order is
+/// accepted; any other status is a rejection.
+pub fn gateway_outcome(status: u16, body: &[u8]) -> Result<PlaceOutcome, ToolError> {
+    if status != 200 && status != 201 {
+        return Ok(PlaceOutcome::Rejected { status });
+    }
+    let order: OrderBody =
+        serde_json::from_slice(body).map_err(|e| not_an_order("the gateway", status, &e))?;
+    Ok(PlaceOutcome::Accepted { order_id: order.order_id, status: order.status })
 }
 
 /// The body of `POST /v1/orders` (the Restate peer takes the same one).

@@ -13,8 +13,8 @@
 //! The generator, the latency measurement, the CPU accounting and the report are the same
 //! for both ([`crate::load`], [`crate::open_loop`]); only [`Orders::place_order`] differs.
 
+use crate::api::{OrderBody, not_an_order};
 use crate::{Api, PlaceOutcome, ToolError};
-use serde::Deserialize;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -69,28 +69,6 @@ impl FromStr for Target {
             _ => Err(format!("restate={url}: must be an http:// or https:// URL with a host")),
         }
     }
-}
-
-/// The answer of a target that is not an order (a body that does not parse).
-fn not_an_order(target: &str, status: u16, e: &serde_json::Error) -> ToolError {
-    ToolError::Answer(format!("{target} answered {status} with a body that is not an order: {e}"))
-}
-
-#[derive(Deserialize)]
-struct OrderBody {
-    order_id: String,
-    status: String,
-}
-
-/// What the gateway's answer to `POST /v1/orders` means: `201`/`200` with the order is
-/// accepted; any other status is a rejection.
-pub fn gateway_outcome(status: u16, body: &[u8]) -> Result<PlaceOutcome, ToolError> {
-    if status != 200 && status != 201 {
-        return Ok(PlaceOutcome::Rejected { status });
-    }
-    let order: OrderBody =
-        serde_json::from_slice(body).map_err(|e| not_an_order("the gateway", status, &e))?;
-    Ok(PlaceOutcome::Accepted { order_id: order.order_id, status: order.status })
 }
 
 /// What the Restate peer's answer means: `200` with `{order_id, status}` (the handler's
@@ -174,6 +152,7 @@ impl RestatePeer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::gateway_outcome;
 
     #[test]
     fn targets_parse_and_print_back() {

@@ -102,9 +102,9 @@ pub use event::{DecodeError, Event};
 pub use health::BrokerCheck;
 pub use metrics::OutboxGauges;
 pub use relay::{Relay, RelaySettings};
+pub use wake::NOTIFY_CHANNEL;
 pub use writer::{
-    MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxWriter, PENDING_EVENT_PARAMS, PendingEvent,
-    PendingEvents,
+    MAX_PAYLOAD_BYTES, NewEvent, OutboxWriter, PENDING_EVENT_PARAMS, PendingEvent, PendingEvents,
 };
 
 /// Migrations for the `outbox` and `inbox` tables (share `_sqlx_migrations`

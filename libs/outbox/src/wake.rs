@@ -43,11 +43,13 @@
 //! parks again, writers do not notify, and the other relays find the events
 //! at their polling interval.
 
-use crate::NOTIFY_CHANNEL;
 use sqlx::postgres::PgListener;
 use sqlx::{Acquire, PgConnection, PgPool};
 use std::sync::LazyLock;
 use std::time::Duration;
+
+/// The channel the writer NOTIFYs (while a relay sleeps); the relay LISTENs on it.
+pub const NOTIFY_CHANNEL: &str = "sagaworks_outbox";
 
 /// The advisory lock of the protocol (one per database), as the `bigint` key
 /// of PostgreSQL's advisory lock functions. In `pg_locks` it shows as

@@ -2,6 +2,7 @@
 
 pub use crate::error::OutboxError;
 use crate::event::Event;
+use crate::wake::NOTIFY_IF_PARKED;
 use sqlx::postgres::PgArguments;
 use sqlx::query::{Query, QueryAs, QueryScalar};
 use sqlx::{PgConnection, Postgres};
@@ -11,10 +12,6 @@ use uuid::Uuid;
 /// Events larger than this are refused at write time (Kafka's default
 /// `message.max.bytes` is about 1 MB and the envelope needs room too).
 pub const MAX_PAYLOAD_BYTES: usize = 900 * 1024;
-
-/// The channel the writer NOTIFYs (while a relay sleeps: see [`crate::wake`]);
-/// the relay LISTENs on it.
-pub const NOTIFY_CHANNEL: &str = "sagaworks_outbox";
 
 /// A domain event about to be recorded.
 #[derive(Debug, Clone)]
@@ -215,7 +212,7 @@ impl PendingEvent {
             sql.push_str(cte);
         }
         sql.push_str("\n RETURNING ");
-        sql.push_str(crate::wake::NOTIFY_IF_PARKED.as_str());
+        sql.push_str(NOTIFY_IF_PARKED.as_str());
         sql.push(')');
         sql
     }
@@ -287,7 +284,7 @@ impl PendingEvents {
             p(7),
             p(8),
             p(9),
-            crate::wake::NOTIFY_IF_PARKED.as_str(),
+            NOTIFY_IF_PARKED.as_str(),
         )
     }
 
