@@ -509,7 +509,7 @@ async fn the_configured_admin_role_opens_the_admin_endpoints_and_the_default_one
     assert_eq!(products["products"].as_array().unwrap().len(), 1);
 }
 
-// --- issue #25: the JWT secret, the deployment profile, rate limits behind a proxy,
+// --- The JWT secret, the deployment profile, rate limits behind a proxy,
 // --- the services' database roles
 
 /// A gateway whose backends are unreachable: enough for what the guard answers alone

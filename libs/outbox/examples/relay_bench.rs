@@ -171,9 +171,8 @@ fn jobs(events: usize, aggregates: usize, first_n: i64) -> Vec<Vec<(String, i64)
     per_writer
 }
 
-/// Whether any event is still unpublished. (Not a `count(*)`: polled every
-/// 20 ms, counting a backlog of 100 000 index entries cost PostgreSQL a
-/// quarter of a core, taken from the relay being measured.)
+/// Whether any event is still unpublished. (Not a `count(*)`: counting the
+/// whole backlog on every poll would take CPU from the relay being measured.)
 async fn backlog(pool: &PgPool) -> bool {
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL)")
         .fetch_one(pool)

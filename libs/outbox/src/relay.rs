@@ -25,8 +25,8 @@
 //!    head), in the same statement as step 1, through the
 //!    `(aggregate_id, seq)` index: the work is one index probe per head plus
 //!    the rows read, whatever the backlog (a semi-join of the whole backlog
-//!    against the heads, planned as a nested loop on an underestimate, cost
-//!    150 ms a batch at a backlog of 100 000; docs/perf-log.md);
+//!    against the heads, planned as a nested loop on an underestimate, grew
+//!    with the backlog; docs/perf-log.md);
 //! 3. enqueues them all on an idempotent producer (`enable.idempotence`,
 //!    `acks=all`) in that order and awaits every ack; librdkafka keeps the
 //!    order within a partition, and one aggregate is one key, so one partition;

@@ -86,32 +86,9 @@
 //!
 //! # What was reused, what was written, and why
 //!
-//! * **Used `tower::retry::Retry`** with our own `Policy`: it already drives
-//!   "call, decide, wait, ready, call again" correctly; the policy adds gRPC-aware
-//!   classification, full-jitter backoff and the budget.
-//! * **Used `tower::retry::budget::TpsBudget`** (Finagle-style: a floor of retries per
-//!   second plus a ratio of calls over a TTL window). It uses `tokio::time::Instant`, so it
-//!   is testable with paused time. Its constructor asserts its ranges, so
-//!   [`ClientSettings::validate`] checks them first.
-//! * **Rejected `tower::retry::backoff::ExponentialBackoff`**: its jitter is added on top
-//!   of the exponential delay, not AWS "full jitter" (`random(0, min(cap, base*2^n))`),
-//!   which spreads retries best; the backoff is 10 lines.
-//! * **Rejected `tower::timeout::Timeout`**: one fixed duration and an `Elapsed` error; we
-//!   need a per-route duration, the `grpc-timeout` header and a marked `Status`.
-//! * **Rejected `tower::limit::ConcurrencyLimit` + `tower::load_shed::LoadShed`** for the
-//!   bulkhead: together they do "reject when full", but the permit is taken in
-//!   `poll_ready` and stored in the service clone, and the error is a generic
-//!   `Overloaded` that needs another mapping layer to become the marked status. A
-//!   semaphore `try_acquire_owned` in `call` is the same behaviour in a few lines.
-//! * **Rejected `tower-resilience` 0.13** (read its circuit breaker source): it follows
-//!   Resilience4j closely and its classifier can inspect `Ok` responses, but (1) its
-//!   clock is `std::time::Instant`, so open -> half-open cannot be tested with paused
-//!   tokio time; (2) its open error `CircuitBreakerError::OpenCircuit` carries no
-//!   retry-after, which the gateway needs for `Retry-After`; (3) in half-open it closes
-//!   after N successful probes and re-opens on the first failed one, rather than
-//!   evaluating the probes' failure rate; (4) its metrics have fixed names
-//!   (`circuitbreaker_*`) that don't match ours; (5) it adds a dozen crates to a shared
-//!   workspace for one state machine of ~200 lines.
+//! tower's `Retry` and `TpsBudget` are used; the timeout, bulkhead, backoff and
+//! circuit breaker are written here. docs/design.md ("The resilience stack:
+//! reused or written") says why, crate by crate.
 //!
 //! # Limits
 //!

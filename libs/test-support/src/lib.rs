@@ -47,9 +47,8 @@ pub fn init_logs() {
 }
 
 /// Warns, in the test's output, whenever the current runtime could not run a
-/// task for more than half a second: something blocked its thread (a
-/// synchronous drop of a Kafka client did, for 3 s, and a pool timed out in
-/// the meantime). The warning names the stall; finding the culprit takes a
+/// task for more than half a second: something blocked its thread (e.g. a
+/// synchronous drop of a Kafka client). The warning names the stall; finding the culprit takes a
 /// debugger (`gdb -p`, `thread apply all bt`) while it happens.
 pub fn watch_runtime() {
     const TICK: Duration = Duration::from_millis(50);
