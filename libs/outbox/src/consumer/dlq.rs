@@ -1,0 +1,135 @@
+//! Retries and the dead-letter topic: what happens to a message that was not
+//! handled.
+
+use super::process::Outcome;
+use super::worker::Interrupted;
+use super::{Consumer, Handler, HandlerError, ReceivedEvent, UnsupportedVersionPolicy};
+#[cfg(doc)]
+use super::{ConsumerSettings, EnvelopeError};
+use crate::backoff::Backoff;
+use crate::kafka::{self, headers};
+use crate::metrics as m;
+use rdkafka::message::{Header, Message, OwnedMessage};
+use rdkafka::producer::FutureRecord;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Why a message was dead-lettered: the `dlq_reason` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DlqReason {
+    /// Not a CloudEvent ([`EnvelopeError`]).
+    InvalidEnvelope,
+    /// The handler said it will never succeed ([`HandlerError::Permanent`]).
+    Rejected,
+    /// Retryable errors until `max_attempts` ran out.
+    RetriesExhausted,
+    /// A schema version newer than the handler reads.
+    UnsupportedSchemaVersion,
+    /// Its `ce_source` is not the topic's publisher ([`ConsumerSettings::sources`]).
+    UntrustedSource,
+}
+
+impl DlqReason {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::InvalidEnvelope => "invalid_envelope",
+            Self::Rejected => "rejected",
+            Self::RetriesExhausted => "retries_exhausted",
+            Self::UnsupportedSchemaVersion => "unsupported_schema_version",
+            Self::UntrustedSource => "untrusted_source",
+        }
+    }
+}
+
+impl<H: Handler> Consumer<H> {
+    pub(super) async fn handle_with_retries(
+        &self,
+        msg: &OwnedMessage,
+        event: &ReceivedEvent,
+        shutdown: &CancellationToken,
+    ) -> Result<Outcome, Interrupted> {
+        let mut backoff = Backoff::new(self.settings.retry_base_ms, self.settings.retry_max_ms);
+        let max = self.settings.max_attempts.max(1);
+        let mut attempt = 1;
+        loop {
+            // What went wrong, the reason it is parked under, and whether another try may help.
+            let (error, reason, retry) = match self.handle_once(event).await {
+                Ok(outcome) => return Ok(outcome),
+                Err(HandlerError::Permanent(e)) => (e, DlqReason::Rejected, false),
+                Err(HandlerError::UnsupportedSchemaVersion(e)) => (
+                    e,
+                    DlqReason::UnsupportedSchemaVersion,
+                    self.settings.unsupported_schema_version == UnsupportedVersionPolicy::Retry,
+                ),
+                Err(HandlerError::Retryable(e)) => (e, DlqReason::RetriesExhausted, true),
+            };
+            metrics::counter!(m::CONSUMER_ERRORS_TOTAL, "group" => self.settings.group_id.clone(),
+                "topic" => event.topic.clone())
+            .increment(1);
+            if !retry || attempt >= max {
+                tracing::warn!(error = %error, event_id = %event.id, attempt, reason = reason.label(), "dead-lettering event");
+                return self.dead_letter(msg, reason, &error, attempt, shutdown).await;
+            }
+            let delay = backoff.next_delay();
+            tracing::info!(error = %error, event_id = %event.id, attempt, retry_in = ?delay, "retrying event");
+            tokio::select! {
+                _ = shutdown.cancelled() => return Err(Interrupted),
+                _ = tokio::time::sleep(delay) => {}
+            }
+            attempt += 1;
+        }
+    }
+
+    /// Sends `msg` to `<topic>.dlq` and waits for the ack, retrying until it
+    /// is acked or shutdown arrives.
+    pub(super) async fn dead_letter(
+        &self,
+        msg: &OwnedMessage,
+        reason: DlqReason,
+        error: &str,
+        attempts: u32,
+        shutdown: &CancellationToken,
+    ) -> Result<Outcome, Interrupted> {
+        let topic = kafka::dlq_topic(msg.topic());
+        let attempts = attempts.to_string();
+        let partition = msg.partition().to_string();
+        let offset = msg.offset().to_string();
+        let mut backoff = Backoff::new(self.settings.retry_base_ms, self.settings.retry_max_ms.max(1_000));
+        loop {
+            let mut h = msg.headers().cloned().unwrap_or_default();
+            for (key, value) in [
+                (headers::DLQ_REASON, reason.label()),
+                (headers::DLQ_ERROR, error),
+                (headers::DLQ_ATTEMPTS, attempts.as_str()),
+                (headers::DLQ_ORIGINAL_TOPIC, msg.topic()),
+                (headers::DLQ_ORIGINAL_PARTITION, partition.as_str()),
+                (headers::DLQ_ORIGINAL_OFFSET, offset.as_str()),
+                (headers::DLQ_GROUP, self.settings.group_id.as_str()),
+            ] {
+                h = h.insert(Header { key, value: Some(value) });
+            }
+            let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic).headers(h);
+            if let Some(k) = msg.key() {
+                record = record.key(k);
+            }
+            if let Some(p) = msg.payload() {
+                record = record.payload(p);
+            }
+            match self.dlq.send(record, Duration::from_secs(5)).await {
+                Ok(_) => break,
+                Err((e, _)) => {
+                    let delay = backoff.next_delay();
+                    tracing::error!(error = %e, dlq = %topic, retry_in = ?delay, "dead-letter send failed");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Err(Interrupted),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+        metrics::counter!(m::CONSUMER_DLQ_TOTAL, "group" => self.settings.group_id.clone(),
+            "topic" => msg.topic().to_string())
+        .increment(1);
+        Ok(Outcome::DeadLettered)
+    }
+}
