@@ -22,7 +22,7 @@
 //! reason ([`ActionError::Conflict`]) and changes nothing. After an action the
 //! instance is handed back to the worker ([`Engine::run_worker`]), which goes
 //! on at its next poll. The host sees each action through
-//! [`Saga::on_operator_action`](crate::Saga::on_operator_action) (e.g. a line
+//! [`Saga::on_operator_action`] (e.g. a line
 //! in the order's timeline), committed with it.
 
 use crate::definition::Position;

@@ -229,7 +229,7 @@ impl<S: Saga> Definition<S> {
     }
 
     /// The step names, kinds and compensations: for display, the fault
-    /// matrix ([`crate::testing`]) and crash points.
+    /// matrix (`testing`, with the `testing` feature) and crash points.
     pub fn shape(&self) -> Shape {
         Shape {
             saga: S::NAME,

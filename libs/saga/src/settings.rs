@@ -39,7 +39,7 @@ pub struct SagaSettings {
     /// work, nothing was recorded) or `after_commit:<step>`.
     pub crash_point: String,
     /// More fault injection for tests, off (empty) by default; a comma
-    /// separated list, see [`crate::faults`].
+    /// separated list (see `faults.rs`).
     pub faults: String,
 }
 

@@ -9,7 +9,8 @@ use serde_json::Value;
 use std::time::Duration;
 use uuid::Uuid;
 
-/// Counter: step outcomes, by `step` and `result` (a [`label`]).
+/// Counter: step outcomes, by `step` and `result` (`succeeded`, `rejected`,
+/// `unavailable`, `failed`).
 pub const STEPS_TOTAL: &str = "saga_steps_total";
 /// Histogram: how long a step's call took, by `step`.
 pub const STEP_DURATION_SECONDS: &str = "saga_step_duration_seconds";
