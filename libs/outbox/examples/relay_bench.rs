@@ -150,7 +150,7 @@ async fn write(pool: &PgPool, jobs: Vec<(String, i64)>, tx_size: usize) -> Vec<(
         for (agg, n) in chunk {
             let event = NewEvent::new("bench", agg, "BenchEvent", serde_json::json!({ "agg": agg, "n": n }))
                 .expect("serializable");
-            ids.push(writer.write(&mut tx, event).await.expect("write"));
+            ids.push(writer.append(&mut tx, event).await.expect("write"));
         }
         tx.commit().await.expect("commit");
         let at = Instant::now();
@@ -303,7 +303,7 @@ async fn write_pending(pool: &PgPool, events: Vec<NewEvent>) -> Vec<(Uuid, Insta
     let mut pending = PendingEvents::new();
     let mut ids = Vec::with_capacity(events.len());
     for e in events {
-        let p = writer.pending(e).expect("pending");
+        let p = writer.stage(e).expect("pending");
         ids.push(p.id());
         pending.push(p);
     }

@@ -4,11 +4,12 @@
 //!   schema version, upcasts from older versions): producers
 //!   [`append`](OutboxWriter::append) values of it, consumers
 //!   [`decode`](ReceivedEvent::decode) them.
-//! * [`writer`] — [`OutboxWriter::write`] inserts a domain event into the
-//!   service's `outbox` table on the caller's transaction, so the event exists
-//!   if and only if the business change committed; [`PendingEvent`] lets a
-//!   business statement insert its event itself, in the same round trip,
-//!   and [`PendingEvents`] several events (of several aggregates) at once.
+//! * [`writer`] — two ways to write an event, both taking a typed [`Event`]
+//!   or a [`NewEvent`]: [`OutboxWriter::append`] inserts it into the service's
+//!   `outbox` table on the caller's transaction, so the event exists if and
+//!   only if the business change committed; [`OutboxWriter::stage`] gives a
+//!   [`PendingEvent`] that a business statement inserts itself, in the same
+//!   round trip ([`PendingEvents`]: several events, of several aggregates, at once).
 //! * [`relay`] — [`Relay`] publishes committed rows to
 //!   `<topic_prefix>.<aggregate_type>` (key = aggregate id, CloudEvents
 //!   binary-mode headers), woken by `NOTIFY` with a polling fallback, and
@@ -104,7 +105,7 @@ pub use metrics::OutboxGauges;
 pub use relay::{Relay, RelaySettings};
 pub use wake::NOTIFY_CHANNEL;
 pub use writer::{
-    MAX_PAYLOAD_BYTES, NewEvent, OutboxWriter, PENDING_EVENT_PARAMS, PendingEvent, PendingEvents,
+    MAX_PAYLOAD_BYTES, NewEvent, OutboxWriter, PENDING_EVENT_PARAMS, PendingEvent, PendingEvents, ToOutbox,
 };
 
 /// Migrations for the `outbox` and `inbox` tables (share `_sqlx_migrations`

@@ -46,17 +46,36 @@ impl NewEvent {
             payload: serde_json::to_value(payload)?,
         })
     }
+}
 
-    /// `event`, with its type, aggregate, version and schema from its [`Event`] contract.
-    pub fn typed<E: Event>(event: &E) -> Result<Self, OutboxError> {
-        Ok(Self {
+/// What [`OutboxWriter::append`] and [`OutboxWriter::stage`] take: a typed
+/// [`Event`] (by reference), or a [`NewEvent`] built by hand.
+pub trait ToOutbox {
+    /// The event's metadata, and its payload serialised (the metadata's
+    /// `payload` is not read).
+    fn to_outbox(self) -> Result<(NewEvent, Vec<u8>), OutboxError>;
+}
+
+impl<E: Event> ToOutbox for &E {
+    fn to_outbox(self) -> Result<(NewEvent, Vec<u8>), OutboxError> {
+        // Serialised once, straight to bytes (not through a `serde_json::Value`).
+        let payload = serde_json::to_vec(self)?;
+        let event = NewEvent {
             aggregate_type: E::AGGREGATE.into(),
-            aggregate_id: event.aggregate_id(),
+            aggregate_id: self.aggregate_id(),
             event_type: E::TYPE.into(),
             schema_version: E::VERSION,
             data_schema: Some(E::data_schema()),
-            payload: serde_json::to_value(event)?,
-        })
+            payload: serde_json::Value::Null,
+        };
+        Ok((event, payload))
+    }
+}
+
+impl ToOutbox for NewEvent {
+    fn to_outbox(self) -> Result<(NewEvent, Vec<u8>), OutboxError> {
+        let payload = serde_json::to_vec(&self.payload)?;
+        Ok((self, payload))
     }
 }
 
@@ -76,12 +95,15 @@ impl OutboxWriter {
         &self.source
     }
 
-    /// Records `event` on the caller's transaction and returns its id. The
-    /// current span's trace context (`traceparent`, `tracestate`) is stored
-    /// with it: the relay's producer span continues that trace, and the
-    /// consumer's span links back to it.
-    pub async fn write(&self, conn: &mut PgConnection, event: NewEvent) -> Result<Uuid, OutboxError> {
-        let event = self.pending(event)?;
+    /// Records `event` (a typed [`Event`], or a [`NewEvent`]) on the caller's
+    /// transaction and returns its id. The current span's trace context
+    /// (`traceparent`, `tracestate`) is stored with it: the relay's producer
+    /// span continues that trace, and the consumer's span links back to it.
+    ///
+    /// One of the two ways to write an event; the other, for a business
+    /// write that is one statement, is [`Self::stage`].
+    pub async fn append(&self, conn: &mut PgConnection, event: impl ToOutbox) -> Result<Uuid, OutboxError> {
+        let event = self.stage(event)?;
         let id = event.id();
         // One round trip: the row, and, when a relay sleeps, a NOTIFY that
         // PostgreSQL delivers at commit, and only if the transaction commits
@@ -92,32 +114,12 @@ impl OutboxWriter {
         Ok(id)
     }
 
-    /// Records the typed `event` on the caller's transaction (see [`Self::write`]).
-    pub async fn append<E: Event>(&self, conn: &mut PgConnection, event: &E) -> Result<Uuid, OutboxError> {
-        self.write(conn, NewEvent::typed(event)?).await
-    }
-
-    /// The typed `event` as a [`PendingEvent`] (see [`Self::pending`]).
-    pub fn stage<E: Event>(&self, event: &E) -> Result<PendingEvent, OutboxError> {
-        // Serialised once, straight to bytes (not through a `serde_json::Value`).
-        self.stamp(
-            NewEvent {
-                aggregate_type: E::AGGREGATE.into(),
-                aggregate_id: event.aggregate_id(),
-                event_type: E::TYPE.into(),
-                schema_version: E::VERSION,
-                data_schema: Some(E::data_schema()),
-                payload: serde_json::Value::Null,
-            },
-            serde_json::to_vec(event)?,
-        )
-    }
-
-    /// `event`, checked and stamped (id, source, the current span's trace
-    /// context), for a business statement that inserts it itself: see
-    /// [`PendingEvent`].
-    pub fn pending(&self, event: NewEvent) -> Result<PendingEvent, OutboxError> {
-        let payload = serde_json::to_vec(&event.payload)?;
+    /// `event` (a typed [`Event`], or a [`NewEvent`]), checked and stamped
+    /// (id, source, the current span's trace context), for a business
+    /// statement that inserts it as one of its own parts: see
+    /// [`PendingEvent`] (and the saga library's `Statement::event`).
+    pub fn stage(&self, event: impl ToOutbox) -> Result<PendingEvent, OutboxError> {
+        let (event, payload) = event.to_outbox()?;
         self.stamp(event, payload)
     }
 
@@ -152,7 +154,7 @@ impl OutboxWriter {
 /// statement commits all or nothing).
 ///
 /// ```ignore
-/// let event = outbox.pending(NewEvent::new("order", id, "OrderConfirmed", payload)?)?;
+/// let event = outbox.stage(&OrderConfirmed { order_id, .. })?;
 /// let sql = format!(
 ///     "WITH o AS (UPDATE orders SET status = 'CONFIRMED' WHERE id = $1 RETURNING id),
 ///           {}

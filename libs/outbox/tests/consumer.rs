@@ -165,7 +165,7 @@ async fn retryable_errors_are_retried_then_succeed_once_or_are_dead_lettered_aft
         serde_json::json!({ "account": "acc-a", "n": 1 }),
     )
     .unwrap();
-    let first = sagaworks_outbox::OutboxWriter::new("test").write(&mut tx, event).await.unwrap();
+    let first = sagaworks_outbox::OutboxWriter::new("test").append(&mut tx, event).await.unwrap();
     sqlx::query("UPDATE outbox SET traceparent = $1 WHERE id = $2")
         .bind(tp)
         .bind(first)

@@ -49,7 +49,7 @@ async fn a_stopping_relay_releases_its_claims_to_another_relay_at_once() {
         for agg in 0..AGGREGATES {
             let payload = serde_json::json!({ "account": format!("acc-{agg}"), "n": n });
             let event = NewEvent::new("account", format!("acc-{agg}"), "AccountCredited", payload).unwrap();
-            writer.write(&mut tx, event).await.unwrap();
+            writer.append(&mut tx, event).await.unwrap();
         }
     }
     tx.commit().await.unwrap();

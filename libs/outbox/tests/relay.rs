@@ -204,14 +204,14 @@ async fn payload_over_the_limit_is_refused_at_write_time() {
     let writer = OutboxWriter::new("test");
     let mut tx = pool.begin().await.unwrap();
     let big = "x".repeat(MAX_PAYLOAD_BYTES);
-    let err = writer.write(&mut tx, NewEvent::new("account", "a", "Big", &big).unwrap()).await.unwrap_err();
+    let err = writer.append(&mut tx, NewEvent::new("account", "a", "Big", &big).unwrap()).await.unwrap_err();
     assert!(
         matches!(err, OutboxError::PayloadTooLarge { size, max, .. } if size == MAX_PAYLOAD_BYTES + 2 && max == MAX_PAYLOAD_BYTES),
         "{err}"
     );
     // Just under the limit (the JSON string adds two quotes) is accepted.
     let fits = "x".repeat(MAX_PAYLOAD_BYTES - 2);
-    writer.write(&mut tx, NewEvent::new("account", "a", "Fits", &fits).unwrap()).await.unwrap();
+    writer.append(&mut tx, NewEvent::new("account", "a", "Fits", &fits).unwrap()).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 1);
 }
@@ -359,7 +359,7 @@ async fn a_pending_event_is_written_by_its_business_statement_only_when_that_wri
     for n in [7, 7] {
         let event =
             NewEvent::new("account", "acc-1", "AccountDebited", serde_json::json!({ "n": n })).unwrap();
-        let event = writer.pending(event).unwrap();
+        let event = writer.stage(event).unwrap();
         let id = event.id();
         let debited: i64 = event
             .bind(sqlx::query_scalar(AssertSqlSafe(sql.clone())).bind("acc-1").bind(n))
@@ -404,7 +404,7 @@ async fn pending_events_are_written_by_one_statement_in_the_order_given() {
     for (account, n) in [("acc-1", 1), ("acc-2", 2), ("acc-1", 3)] {
         let event =
             NewEvent::new("account", account, "AccountCredited", serde_json::json!({ "n": n })).unwrap();
-        let event = writer.pending(event).unwrap();
+        let event = writer.stage(event).unwrap();
         ids.push(event.id());
         events.push(event);
     }
@@ -596,7 +596,7 @@ async fn a_permanently_failing_event_blocks_only_its_own_aggregate() {
     let mut tx = env.pool.begin().await.unwrap();
     let big = serde_json::json!({ "account": "acc-big", "n": 1, "pad": "x".repeat(10_000) });
     writer
-        .write(&mut tx, NewEvent::new("account", "acc-big", "AccountCredited", big).unwrap())
+        .append(&mut tx, NewEvent::new("account", "acc-big", "AccountCredited", big).unwrap())
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -800,7 +800,7 @@ async fn a_relay_does_not_sleep_through_a_writer_in_flight() {
     let writer = OutboxWriter::new("test");
     let mut tx = env.pool.begin().await.unwrap();
     let event = NewEvent::new("account", "acc-1", "AccountCredited", serde_json::json!({ "n": 1 })).unwrap();
-    writer.write(&mut tx, event).await.unwrap();
+    writer.append(&mut tx, event).await.unwrap();
 
     let settings = no_polling();
     let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();

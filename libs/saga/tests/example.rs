@@ -57,7 +57,7 @@ impl Saga for Purchase {
             g.update("purchases").set(format!("status = {pstatus}")).filter(format!("purchases.id = {pid}"))
         });
         let event = NewEvent::new("purchase", id, event, serde_json::json!({ "purchase_id": id }))
-            .and_then(|e| self.outbox.pending(e))
+            .and_then(|e| self.outbox.stage(e))
             .map_err(|e| StepError::Failed(e.to_string()))?;
         w.event(event);
         Ok(())

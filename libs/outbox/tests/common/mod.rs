@@ -89,7 +89,7 @@ pub async fn credit(pool: &PgPool, id: &str, n: i64, commit: bool) -> Uuid {
     .await
     .unwrap();
     let event = NewEvent::new("account", id, "AccountCredited", json!({ "account": id, "n": n })).unwrap();
-    let event_id = OutboxWriter::new("test").write(&mut tx, event).await.unwrap();
+    let event_id = OutboxWriter::new("test").append(&mut tx, event).await.unwrap();
     if commit {
         tx.commit().await.unwrap();
     } else {
