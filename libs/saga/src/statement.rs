@@ -30,6 +30,7 @@ use sagaworks_outbox::PendingEvent;
 use sagaworks_outbox::writer::Bind;
 use sqlx::postgres::PgArguments;
 use sqlx::{Arguments, Postgres};
+use std::borrow::Cow;
 
 /// A statement under construction: its CTEs and their bound values.
 pub struct Statement {
@@ -75,10 +76,14 @@ impl Statement {
     /// transition is written: `build` gets the statement's [`Guard`] and
     /// returns the [`Write`] made from it. `name` must be unique in the
     /// statement; the engine's own parts are named `saga_*`.
-    pub fn guarded(&mut self, name: &str, build: impl FnOnce(Guard<'_>) -> Write) {
+    pub fn guarded<'w>(&mut self, name: &str, build: impl FnOnce(Guard<'_>) -> Write<'w>) {
         let write = build(Guard(&self.guard));
-        let sql = write.render(&self.guard);
-        self.with(name, sql);
+        // Rendered in place, like every other part.
+        self.next_part();
+        self.sql.push_str(name);
+        self.sql.push_str(" AS (");
+        write.render_into(&mut self.sql, &self.guard);
+        self.sql.push(')');
     }
 
     /// Adds `name AS (body)` without the guard: a part that is written
@@ -139,18 +144,18 @@ pub struct Guard<'a>(&'a str);
 
 impl Guard<'_> {
     /// `UPDATE <table> SET <set> FROM <guard>[, <from>] [WHERE <filter>]`.
-    pub fn update(self, table: &str) -> Write {
+    pub fn update<'w>(self, table: &'w str) -> Write<'w> {
         Write::new(Kind::Update, table)
     }
 
     /// `INSERT INTO <table> SELECT <select> FROM <guard>[, <from>] [WHERE <filter>] [<on_conflict>]`;
     /// `table` may list the columns: `"items (id, name)"`.
-    pub fn insert(self, table: &str) -> Write {
+    pub fn insert<'w>(self, table: &'w str) -> Write<'w> {
         Write::new(Kind::Insert, table)
     }
 
     /// `DELETE FROM <table> USING <guard>[, <from>] [WHERE <filter>]`.
-    pub fn delete(self, table: &str) -> Write {
+    pub fn delete<'w>(self, table: &'w str) -> Write<'w> {
         Write::new(Kind::Delete, table)
     }
 }
@@ -174,72 +179,71 @@ enum Kind {
 /// when the guard returns no row.
 #[derive(Debug, Clone)]
 #[must_use = "a write does nothing until returned to Statement::guarded"]
-pub struct Write {
+pub struct Write<'w> {
     kind: Kind,
-    table: String,
+    table: &'w str,
     /// `SET` of an update, the select list of an insert.
-    values: String,
-    from: Vec<String>,
-    filter: Option<String>,
-    tail: Option<String>,
+    values: Cow<'w, str>,
+    from: Vec<Cow<'w, str>>,
+    filter: Option<Cow<'w, str>>,
+    tail: Option<Cow<'w, str>>,
 }
 
-impl Write {
-    fn new(kind: Kind, table: &str) -> Self {
-        Self { kind, table: table.into(), values: String::new(), from: Vec::new(), filter: None, tail: None }
+impl<'w> Write<'w> {
+    fn new(kind: Kind, table: &'w str) -> Self {
+        Self { kind, table, values: Cow::Borrowed(""), from: Vec::new(), filter: None, tail: None }
     }
 
     /// An update's assignments: `"status = $1, updated_at = now()"`.
-    pub fn set(mut self, assignments: impl Into<String>) -> Self {
+    pub fn set(mut self, assignments: impl Into<Cow<'w, str>>) -> Self {
         self.values = assignments.into();
         self
     }
 
     /// An insert's select list: `"$1, $2, now()"` (one row per row of the guard
     /// and of [`Write::from`]).
-    pub fn select(mut self, values: impl Into<String>) -> Self {
+    pub fn select(mut self, values: impl Into<Cow<'w, str>>) -> Self {
         self.values = values.into();
         self
     }
 
     /// A further `FROM` item after the guard, e.g. `"UNNEST($1::uuid[]) AS p (id)"`.
-    pub fn from(mut self, item: impl Into<String>) -> Self {
+    pub fn from(mut self, item: impl Into<Cow<'w, str>>) -> Self {
         self.from.push(item.into());
         self
     }
 
     /// The `WHERE` condition.
-    pub fn filter(mut self, condition: impl Into<String>) -> Self {
+    pub fn filter(mut self, condition: impl Into<Cow<'w, str>>) -> Self {
         self.filter = Some(condition.into());
         self
     }
 
     /// What follows an insert's select: `"ON CONFLICT (..) DO NOTHING"`, `"RETURNING id"`.
-    pub fn then(mut self, tail: impl Into<String>) -> Self {
+    pub fn then(mut self, tail: impl Into<Cow<'w, str>>) -> Self {
         self.tail = Some(tail.into());
         self
     }
 
-    fn render(&self, guard: &str) -> String {
-        let mut sql = String::with_capacity(64 + self.table.len() + self.values.len());
+    fn render_into(&self, sql: &mut String, guard: &str) {
         let from_word = match self.kind {
             Kind::Update => {
                 sql.push_str("UPDATE ");
-                sql.push_str(&self.table);
+                sql.push_str(self.table);
                 sql.push_str(" SET ");
                 sql.push_str(&self.values);
                 " FROM "
             }
             Kind::Insert => {
                 sql.push_str("INSERT INTO ");
-                sql.push_str(&self.table);
+                sql.push_str(self.table);
                 sql.push_str(" SELECT ");
                 sql.push_str(&self.values);
                 " FROM "
             }
             Kind::Delete => {
                 sql.push_str("DELETE FROM ");
-                sql.push_str(&self.table);
+                sql.push_str(self.table);
                 " USING "
             }
         };
@@ -257,7 +261,6 @@ impl Write {
             sql.push(' ');
             sql.push_str(tail);
         }
-        sql
     }
 }
 
