@@ -84,7 +84,7 @@ impl<S: Saga> Launch<S> {
     /// insert did not conflict). `None`: the guard returned no row, and no
     /// instance was created.
     pub async fn commit<'c>(
-        self,
+        mut self,
         mut w: Statement,
         db: impl PgExecutor<'c>,
     ) -> Result<Option<Started<S>>, sqlx::Error> {
@@ -112,13 +112,15 @@ impl<S: Saga> Launch<S> {
 
     /// The instance's rows, leased to this replica; with a permit, the first
     /// step's first attempt too (its deadline starts now).
-    fn add_rows(&self, w: &mut Statement) {
+    /// The encoded input is moved into the statement (it is not needed after).
+    fn add_rows(&mut self, w: &mut Statement) {
+        let input = std::mem::take(&mut self.input);
         let engine = &self.engine;
         let new = &self.instance;
         let first = engine.definition().steps[0].name;
         let (id, saga, key, step) = (w.bind(new.id), w.bind(S::NAME), w.bind(new.key.clone()), w.bind(first));
         let (input, traceparent, owner) =
-            (w.bind(self.input.clone()), w.bind(new.traceparent.clone()), w.bind(engine.owner().to_string()));
+            (w.bind(input), w.bind(new.traceparent.clone()), w.bind(engine.owner().to_string()));
         let lease = w.bind(engine.lease_secs());
         w.guarded(NEW_INSTANCE, |g| {
             g.insert(
