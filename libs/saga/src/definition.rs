@@ -460,17 +460,18 @@ impl Shape {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    //! Also the steps of the engine's transition tests.
     use super::*;
 
-    struct Trip;
+    pub(crate) struct Trip;
     impl Saga for Trip {
         const NAME: &'static str = "trip";
         type Input = ();
     }
 
     /// A step that does nothing, named by `N`.
-    struct Noop<const N: usize>;
+    pub(crate) struct Noop<const N: usize>;
     const NAMES: [&str; 4] = ["book", "hotel", "pay", "notify"];
     impl<const N: usize> Action<Trip> for Noop<N> {
         const NAME: &'static str = NAMES[N];
@@ -479,7 +480,7 @@ mod tests {
             Ok(())
         }
     }
-    struct Undo<const N: usize>;
+    pub(crate) struct Undo<const N: usize>;
     const UNDO_NAMES: [&str; 2] = ["unbook", "unhotel"];
     impl<const N: usize> Compensation<Trip> for Undo<N> {
         const NAME: &'static str = UNDO_NAMES[N];

@@ -142,55 +142,22 @@ impl<'a> RowUpdate<'a> {
 mod tests {
     use super::*;
     use crate::definition::StepOptions;
-    use crate::step::{Action, Compensation, StepContext};
+    use crate::definition::tests::{Noop, Trip, Undo};
     use Position::{Compensation as C, Forward as F};
 
-    struct Trip;
-    impl Saga for Trip {
-        const NAME: &'static str = "trip";
-        type Input = ();
-    }
-    macro_rules! step {
-        ($t:ident, $name:literal) => {
-            struct $t;
-            impl Action<Trip> for $t {
-                const NAME: &'static str = $name;
-                type Output = ();
-                async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> {
-                    Ok(())
-                }
-            }
-        };
-    }
-    macro_rules! undo {
-        ($t:ident, $name:literal) => {
-            struct $t;
-            impl Compensation<Trip> for $t {
-                const NAME: &'static str = $name;
-                async fn run(&self, _: &StepContext<'_, Trip>) -> Result<(), StepError> {
-                    Ok(())
-                }
-            }
-        };
-    }
-    step!(Hotel, "hotel");
-    undo!(CancelHotel, "cancel_hotel");
-    step!(Flight, "flight");
-    undo!(CancelFlight, "cancel_flight");
-    step!(Pay, "pay");
-    step!(Mail, "mail");
-
-    /// hotel (compensatable, 3 attempts), flight (compensatable), pay (pivot, no compensation), mail (retriable).
+    /// book (compensatable, 3 attempts), hotel (compensatable), pay (pivot, no compensation), notify (retriable).
     fn trip() -> Definition<Trip> {
         Definition::builder(Trip)
-            .compensatable(Hotel, CancelHotel)
+            .compensatable(Noop::<0>, Undo::<0>)
             .options(StepOptions::default().max_attempts(3))
-            .compensatable(Flight, CancelFlight)
-            .pivot(Pay)
-            .retriable(Mail)
+            .compensatable(Noop::<1>, Undo::<1>)
+            .pivot(Noop::<2>)
+            .retriable(Noop::<3>)
             .build()
             .expect("a valid definition")
     }
+
+    type Outcome = Result<Value, StepError>;
 
     fn ok() -> Outcome {
         Ok(Value::Null)
@@ -204,8 +171,6 @@ mod tests {
     fn failed() -> Outcome {
         Err(StepError::Failed("lost".into()))
     }
-    type Outcome = Result<Value, StepError>;
-
     fn compensate(first: Position, reason: &str) -> Next {
         Next::Compensate { first, reason: reason.into() }
     }
