@@ -18,7 +18,7 @@
 //! The schemas and the AsyncAPI document are committed under
 //! `proto/events/`; the `contracts` test regenerates them and fails on any
 //! difference, and on any incompatible change (see docs/design.md, "Changing
-//! an event"). Versioning rules: [`sagaworks_outbox::event`].
+//! an event"). Versioning rules: [`sagaworks_outbox::Event`].
 
 pub mod asyncapi;
 pub mod catalog;

@@ -1,39 +1,41 @@
-//! Typed events: the contract between a producer and its consumers.
-//!
-//! An [`Event`] is a payload type with its CloudEvents `type`, the aggregate
-//! (and so the topic) it belongs to and its schema version as associated
-//! constants. Producers write values of it ([`OutboxWriter::append`],
-//! [`OutboxWriter::stage`]); consumers read the same type back
-//! ([`ReceivedEvent::decode`]), so a payload change that breaks a consumer
-//! breaks its build, not its partition.
-//!
-//! # Versions
-//!
-//! `VERSION` is the payload's *major* version, sent as `ce_schemaversion`
-//! (and named by `ce_dataschema`). Compatible changes (a new optional field,
-//! a new field with a default) keep it: consumers ignore fields they do not
-//! know and default the ones that are missing. A breaking change (a field
-//! renamed, removed or changing type) is a new version: the old payload type
-//! is kept, and [`Event::from_version`] upcasts it to the current one, so
-//! consumers built with the new type still read events written by producers
-//! that have not been upgraded.
-//!
-//! A consumer never guesses at a version newer than the one it was built
-//! with: [`ReceivedEvent::decode`] returns [`DecodeError::UnsupportedVersion`],
-//! which the consumer retries or parks in the dead-letter topic with
-//! `dlq_reason=unsupported_schema_version`, per
-//! [`ConsumerSettings::unsupported_schema_version`]. Upgrade consumers before
-//! producers; a parked event is replayed once they are.
-//!
-//! [`OutboxWriter::append`]: crate::OutboxWriter::append
-//! [`OutboxWriter::stage`]: crate::OutboxWriter::stage
-//! [`ConsumerSettings::unsupported_schema_version`]: crate::ConsumerSettings::unsupported_schema_version
+//! [`Event`], the contract of a typed event (see its docs).
 
 use crate::consumer::ReceivedEvent;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// A domain event type: one version of one event's payload (see the module docs).
+/// A domain event type: one version of one event's payload.
+///
+/// Typed events: the contract between a producer and its consumers.
+///
+/// An [`Event`] is a payload type with its CloudEvents `type`, the aggregate
+/// (and so the topic) it belongs to and its schema version as associated
+/// constants. Producers write values of it ([`OutboxWriter::append`],
+/// [`OutboxWriter::stage`]); consumers read the same type back
+/// ([`ReceivedEvent::decode`]), so a payload change that breaks a consumer
+/// breaks its build, not its partition.
+///
+/// # Versions
+///
+/// `VERSION` is the payload's *major* version, sent as `ce_schemaversion`
+/// (and named by `ce_dataschema`). Compatible changes (a new optional field,
+/// a new field with a default) keep it: consumers ignore fields they do not
+/// know and default the ones that are missing. A breaking change (a field
+/// renamed, removed or changing type) is a new version: the old payload type
+/// is kept, and [`Event::from_version`] upcasts it to the current one, so
+/// consumers built with the new type still read events written by producers
+/// that have not been upgraded.
+///
+/// A consumer never guesses at a version newer than the one it was built
+/// with: [`ReceivedEvent::decode`] returns [`DecodeError::UnsupportedVersion`],
+/// which the consumer retries or parks in the dead-letter topic with
+/// `dlq_reason=unsupported_schema_version`, per
+/// [`ConsumerSettings::unsupported_schema_version`]. Upgrade consumers before
+/// producers; a parked event is replayed once they are.
+///
+/// [`OutboxWriter::append`]: crate::OutboxWriter::append
+/// [`OutboxWriter::stage`]: crate::OutboxWriter::stage
+/// [`ConsumerSettings::unsupported_schema_version`]: crate::ConsumerSettings::unsupported_schema_version
 pub trait Event: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// CloudEvents `type`, e.g. `OrderConfirmed`.
     const TYPE: &'static str;

@@ -1,26 +1,32 @@
 //! Transactional outbox, relay to Kafka and idempotent consumer.
 //!
-//! * [`event`] — the [`Event`] contract of a typed event (type, aggregate,
-//!   schema version, upcasts from older versions): producers
+//! * [`Event`] — the contract of a typed event (type, aggregate, schema
+//!   version, upcasts from older versions): producers
 //!   [`append`](OutboxWriter::append) values of it, consumers
 //!   [`decode`](ReceivedEvent::decode) them.
-//! * [`writer`] — two ways to write an event, both taking a typed [`Event`]
-//!   or a [`NewEvent`]: [`OutboxWriter::append`] inserts it into the service's
-//!   `outbox` table on the caller's transaction, so the event exists if and
-//!   only if the business change committed; [`OutboxWriter::stage`] gives a
-//!   [`PendingEvent`] that a business statement inserts itself, in the same
-//!   round trip ([`PendingEvents`]: several events, of several aggregates, at once).
-//! * [`relay`] — [`Relay`] publishes committed rows to
-//!   `<topic_prefix>.<aggregate_type>` (key = aggregate id, CloudEvents
-//!   binary-mode headers), woken by `NOTIFY` with a polling fallback, and
-//!   purges published rows after the retention period.
-//! * [`wake`] — how writers wake a sleeping relay, and only a sleeping one.
-//! * [`consumer`] — [`Consumer`] feeds a [`Handler`] exactly once per event and
-//!   consumer group (inbox table), retries, and dead-letters to `<topic>.dlq`.
-//! * [`metrics`] — counters, gauges and the [`OutboxGauges`] scrape hook.
-//! * [`health`] — [`BrokerCheck`] for `/health/ready`.
+//! * [`OutboxWriter`] — two ways to write an event, both taking a typed
+//!   [`Event`] or a [`NewEvent`]: [`OutboxWriter::append`] inserts it into the
+//!   service's `outbox` table on the caller's transaction, so the event exists
+//!   if and only if the business change committed; [`OutboxWriter::stage`]
+//!   gives a [`PendingEvent`] that a business statement inserts itself, in the
+//!   same round trip ([`PendingEvents`]: several events, of several
+//!   aggregates, at once).
+//! * [`Relay`] — publishes committed rows to `<topic_prefix>.<aggregate_type>`
+//!   (key = aggregate id, CloudEvents binary-mode headers), woken by `NOTIFY`
+//!   on [`NOTIFY_CHANNEL`] (only while it sleeps: [`WAKE_LOCK`]) with a
+//!   polling fallback, and purges published rows after the retention period
+//!   ([`purge_published`]).
+//! * [`Consumer`] — feeds a [`Handler`] exactly once per event and consumer
+//!   group (inbox table), retries, and dead-letters to `<topic>.dlq`.
+//! * [`dead_letters`] — listing, replaying and discarding dead letters (the
+//!   operators' API, [`DeadLetters`]).
+//! * [`service`] — a service's relay and consumer tasks and readiness, wired
+//!   from its settings.
+//! * [`OutboxGauges`] (the scrape hook of the backlog gauges) and
+//!   [`BrokerCheck`] (for `/health/ready`).
 //! * [`kafka`] — topic names, header names, client config, topic creation.
-//! * [`crash`] — test-only crash points for chaos runs (off by default).
+//! * [`ConsumerCrashPoint`], [`RelayCrashPoint`] — test-only crash points
+//!   for chaos runs (off by default).
 //!
 //! The tables come with the crate: run [`migrator`] next to the service's own
 //! migrations.
@@ -50,7 +56,7 @@
 //!   be idempotent themselves, keyed by the event id.
 //! * **Per-aggregate order.** Events of one aggregate are published in commit
 //!   order even with several relays (the relay claims aggregate heads; see
-//!   [`relay`] for the argument and its one caveat), land in one partition
+//!   [`Relay`] for the argument and its one caveat), land in one partition
 //!   (key = aggregate id), and the consumer handles a partition in order. It
 //!   relies on writes of one aggregate being serialised (the business row
 //!   lock) and one aggregate id being written by one service. There is no
@@ -80,17 +86,17 @@
 mod backoff;
 mod error;
 
-pub mod consumer;
-pub mod crash;
+mod consumer;
+mod crash;
 pub mod dead_letters;
-pub mod event;
-pub mod health;
+mod event;
+mod health;
 pub mod kafka;
-pub mod metrics;
-pub mod relay;
+mod metrics;
+mod relay;
 pub mod service;
-pub mod wake;
-pub mod writer;
+mod wake;
+mod writer;
 
 pub use consumer::{
     Consumer, ConsumerSettings, DlqReason, EnvelopeError, Handler, HandlerError, ReceivedEvent,
@@ -99,13 +105,14 @@ pub use consumer::{
 pub use crash::{ConsumerCrashPoint, RelayCrashPoint};
 pub use dead_letters::{DeadLetterError, DeadLetterSettings, DeadLetters};
 pub use error::OutboxError;
-pub use event::{DecodeError, Event};
+pub use event::{DecodeError, Event, decode_payload};
 pub use health::BrokerCheck;
 pub use metrics::OutboxGauges;
-pub use relay::{Relay, RelaySettings};
-pub use wake::NOTIFY_CHANNEL;
+pub use relay::{Relay, RelaySettings, purge as purge_published};
+pub use wake::{NOTIFY_CHANNEL, WAKE_LOCK};
 pub use writer::{
-    MAX_PAYLOAD_BYTES, NewEvent, OutboxWriter, PENDING_EVENT_PARAMS, PendingEvent, PendingEvents, ToOutbox,
+    Bind, MAX_PAYLOAD_BYTES, NewEvent, OutboxWriter, PENDING_EVENT_PARAMS, PendingEvent, PendingEvents,
+    ToOutbox,
 };
 
 /// Migrations for the `outbox` and `inbox` tables (share `_sqlx_migrations`

@@ -11,7 +11,7 @@
 //! full batch). Under load the events of that interval share one batch, which
 //! saves the database and the broker a round of requests per commit. A batch
 //! that finds nothing *parks* the relay: it sleeps until a writer's NOTIFY
-//! (writers notify only while a relay is parked: see [`crate::wake`]) or
+//! (writers notify only while a relay is parked: see [`WAKE_LOCK`](crate::WAKE_LOCK)) or
 //! every `poll_interval_ms` without one.
 //!
 //! # One batch
@@ -152,7 +152,7 @@ pub struct RelaySettings {
     /// Used when the relay creates a missing topic.
     pub topics: TopicSettings,
     /// Test-only fault hook (`APP_OUTBOX__CRASH_POINT=after_produce`; see
-    /// [`crate::crash`]): abort the process after a batch was acked, before
+    /// [`RelayCrashPoint`](crate::RelayCrashPoint)): abort the process after a batch was acked, before
     /// it is marked published. `off` by default; never in production.
     pub crash_point: RelayCrashPoint,
 }

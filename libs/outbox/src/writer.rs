@@ -191,7 +191,7 @@ impl PendingEvent {
 
     /// `name AS (INSERT INTO outbox ...)`, a data-modifying CTE that inserts
     /// the event and, when a relay sleeps, NOTIFYs it (delivered at commit;
-    /// see [`crate::wake`]). It takes
+    /// see [`WAKE_LOCK`](crate::WAKE_LOCK)). It takes
     /// [`PENDING_EVENT_PARAMS`] parameters from `$first` on, bound by
     /// [`Self::bind`] after the statement's own. With `once_per`, the name
     /// of an earlier CTE of the statement, the event is inserted once per row

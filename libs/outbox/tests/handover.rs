@@ -253,7 +253,7 @@ async fn the_purge_running_under_the_relay_deletes_only_published_rows() {
         let (pool, purging) = (env.pool.clone(), purging.clone());
         async move {
             while !purging.is_cancelled() {
-                sagaworks_outbox::relay::purge(&pool, 0).await.unwrap();
+                sagaworks_outbox::purge_published(&pool, 0).await.unwrap();
                 // Load pacing only (the purge runs back to back otherwise).
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }

@@ -4,8 +4,8 @@ mod common;
 
 use common::*;
 use rdkafka::message::Message;
+use sagaworks_outbox::WAKE_LOCK;
 use sagaworks_outbox::kafka::topic_name;
-use sagaworks_outbox::wake::WAKE_LOCK;
 use sagaworks_outbox::{
     MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxError, OutboxWriter, PendingEvent, PendingEvents,
     Relay,
@@ -247,7 +247,7 @@ async fn retention_purge_removes_old_published_rows_only() {
                 .unwrap();
         ns
     };
-    let purged = sagaworks_outbox::relay::purge(&env.pool, 24).await.unwrap();
+    let purged = sagaworks_outbox::purge_published(&env.pool, 24).await.unwrap();
     assert_eq!(purged, 1);
     assert_eq!(left(env.pool.clone()).await, vec!["2", "3", "4"]);
 

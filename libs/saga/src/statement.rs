@@ -26,8 +26,8 @@
 //! sequence of parts gives the same SQL text, which sqlx prepares once per
 //! connection.
 
+use sagaworks_outbox::Bind;
 use sagaworks_outbox::PendingEvent;
-use sagaworks_outbox::writer::Bind;
 use sqlx::postgres::PgArguments;
 use sqlx::{Arguments, Postgres};
 use std::borrow::Cow;

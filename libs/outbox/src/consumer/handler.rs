@@ -16,7 +16,7 @@ pub enum HandlerError {
     #[error("permanent: {0}")]
     Permanent(String),
     /// Written with a schema version newer than the handler reads (see
-    /// [`crate::event`]); handled per [`ConsumerSettings::unsupported_schema_version`].
+    /// [`Event`](crate::Event)); handled per [`ConsumerSettings::unsupported_schema_version`].
     #[error("unsupported schema version: {0}")]
     UnsupportedSchemaVersion(String),
 }

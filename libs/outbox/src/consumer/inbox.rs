@@ -27,7 +27,11 @@ pub(super) const INBOX_PURGE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Deletes `group`'s inbox rows older than `retention_hours`, in chunks;
 /// returns how many. Other groups' rows are left alone.
-pub async fn purge_inbox(pool: &PgPool, group: &str, retention_hours: i64) -> Result<u64, sqlx::Error> {
+pub(super) async fn purge_inbox(
+    pool: &PgPool,
+    group: &str,
+    retention_hours: i64,
+) -> Result<u64, sqlx::Error> {
     crate::delete_in_chunks(|| {
         sqlx::query(
             "DELETE FROM inbox WHERE (consumer_group, event_id) IN (

@@ -54,7 +54,7 @@
 //!
 //! The inbox keeps a group's rows for `inbox_retention_hours` (default 7
 //! days, Kafka's default log retention) and the consumer deletes older ones
-//! hourly ([`purge_inbox`]). Keep it at least as long as the topics keep
+//! hourly (`inbox::purge_inbox`). Keep it at least as long as the topics keep
 //! their messages: a group that rewinds further (a reset to the earliest
 //! offset) would handle again the events whose rows are gone.
 
@@ -69,6 +69,5 @@ mod worker;
 pub use dlq::DlqReason;
 pub use envelope::{EnvelopeError, ReceivedEvent};
 pub use handler::{Handler, HandlerError};
-pub use inbox::purge_inbox;
 pub use settings::{ConsumerSettings, UnsupportedVersionPolicy};
 pub use worker::Consumer;

@@ -62,14 +62,14 @@ pub struct ConsumerSettings {
     /// (when not empty, every topic of `topics` needs an entry).
     pub sources: BTreeMap<String, String>,
     /// Test-only fault hook (`APP_CONSUMER__CRASH_POINT=before_offset_commit`;
-    /// see [`crate::crash`]): abort the process once newly handled events
+    /// see [`RelayCrashPoint`](crate::RelayCrashPoint)): abort the process once newly handled events
     /// committed, before their offsets are committed. `off` by default;
     /// never in production.
     pub crash_point: ConsumerCrashPoint,
 }
 
 /// What the consumer does with an event newer than its handler reads (see
-/// [`crate::event`]); either way it is dead-lettered with
+/// [`Event`](crate::Event)); either way it is dead-lettered with
 /// `dlq_reason=unsupported_schema_version` in the end, to be replayed once
 /// the consumer is upgraded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
