@@ -1,92 +1,4 @@
-//! The relay: publishes committed outbox rows to Kafka, in order per aggregate.
-//!
-//! ```ignore
-//! tokio::spawn(Relay::new(pool.clone(), &settings.kafka, settings.outbox.clone())?.run(token.clone()));
-//! ```
-//!
-//! # When
-//!
-//! While batches find events, the relay is busy: the next batch starts
-//! `min_batch_interval_ms` after the previous one started (right away after a
-//! full batch). Under load the events of that interval share one batch, which
-//! saves the database and the broker a round of requests per commit. A batch
-//! that finds nothing *parks* the relay: it sleeps until a writer's NOTIFY
-//! (writers notify only while a relay is parked: see [`WAKE_LOCK`](crate::WAKE_LOCK)) or
-//! every `poll_interval_ms` without one.
-//!
-//! # One batch
-//!
-//! In one READ COMMITTED transaction the relay
-//!
-//! 1. claims *aggregate heads*: rows that are the oldest unpublished row of
-//!    their aggregate, `ORDER BY seq LIMIT batch_size FOR UPDATE SKIP LOCKED`;
-//! 2. reads, per claimed aggregate, its oldest unpublished rows in `seq`
-//!    order, an equal share of `2 * batch_size` rows each (at least one: its
-//!    head), in the same statement as step 1, through the
-//!    `(aggregate_id, seq)` index: the work is one index probe per head plus
-//!    the rows read, whatever the backlog (a semi-join of the whole backlog
-//!    against the heads, planned as a nested loop on an underestimate, grew
-//!    with the backlog; docs/perf-log.md);
-//! 3. enqueues them all on an idempotent producer (`enable.idempotence`,
-//!    `acks=all`) in that order and awaits every ack; librdkafka keeps the
-//!    order within a partition, and one aggregate is one key, so one partition;
-//! 4. marks published, per aggregate, exactly the prefix up to the first
-//!    event that was not acked, and commits.
-//!
-//! # Why several relays cannot reorder an aggregate
-//!
-//! The writer's business row lock serialises the transactions that write one
-//! aggregate, so per aggregate `seq` order is commit order and the unpublished
-//! rows of an aggregate are always a suffix of its history. A relay only ever
-//! publishes an aggregate while it holds the lock on that aggregate's head row.
-//! Another relay either sees that head (skips it: locked; and every later row
-//! of the aggregate fails `NOT EXISTS`, because the head is older and still
-//! unpublished in its snapshot), or its statement started after the first
-//! relay committed, when the published prefix is visible as published and the
-//! new head is the first row the first relay did not send. If the second
-//! relay's snapshot predates the commit but it reaches the head row after it,
-//! PostgreSQL re-checks the locked row's new version (`published_at IS NULL`
-//! is now false) and drops it, while the later rows still fail `NOT EXISTS`
-//! against the old snapshot. So at most one relay sends a given aggregate at a
-//! time, and always starting at its oldest unpublished event. Steps 1 and 2
-//! share one snapshot: of each claimed aggregate they read the unpublished
-//! rows it shows, from the head on; rows committed after it are later than
-//! all of those (seq = commit order) and wait for the next batch, so the
-//! prefix stays contiguous.
-//!
-//! # Tracing
-//!
-//! Each row is sent inside a `send {topic}` producer span whose parent is the
-//! trace context the writer stored with the row, so the send shows up in the
-//! trace of the business operation that wrote the event. The Kafka
-//! `traceparent`/`tracestate` headers carry the producer span's context; a
-//! consumer links its `process {topic}` span to it. The span ends with the
-//! broker's ack (partition and offset recorded) or with an error status.
-//!
-//! # Failures
-//!
-//! Nothing is dropped: rows whose ack failed stay unpublished and are sent
-//! again after an exponential backoff with full jitter (capped at
-//! `backoff_max_ms`), as are rows of a batch whose commit failed (a duplicate
-//! on the topic: delivery is at-least-once). Topics are (re)created before
-//! retrying, and the producer is replaced after a batch with failed sends.
-//!
-//! # Stopping
-//!
-//! A relay told to stop finishes the batch in hand but does not wait for the
-//! acks still outstanding: it marks the acked prefix and commits, which
-//! releases its claims at once, so another relay publishes those aggregates
-//! right away instead of after `message_timeout_ms` (a broker that is down or
-//! stalled). The stopped relay's producer may still deliver some of the
-//! events it was not acked for: duplicates behind the other relay's copies
-//! (at-least-once; the first copy of each event is still in order).
-//!
-//! One narrow reordering remains possible: if librdkafka times out event `n`
-//! of an aggregate (`message_timeout_ms`) but a later event `n+1` is still
-//! acked, `n+1` is not marked (only the acked prefix is) and the next batch
-//! sends `n, n+1` again, so the topic holds `n+1, n, n+1`. A consumer with the
-//! inbox then handles `n+1` before `n`. Keep `message_timeout_ms` well above
-//! broker fail-over times to make this practically impossible.
+//! The outbox relay: [`Relay`] (its docs say how it publishes and what it guarantees).
 
 use crate::OutboxError;
 use crate::backoff::Backoff;
@@ -203,7 +115,97 @@ struct BatchOutcome {
     failed: usize,
 }
 
-/// Publishes the outbox to Kafka until cancelled (see the module docs).
+/// Publishes the outbox to Kafka until cancelled.
+///
+/// The relay: publishes committed outbox rows to Kafka, in order per aggregate.
+///
+/// ```ignore
+/// tokio::spawn(Relay::new(pool.clone(), &settings.kafka, settings.outbox.clone())?.run(token.clone()));
+/// ```
+///
+/// # When
+///
+/// While batches find events, the relay is busy: the next batch starts
+/// `min_batch_interval_ms` after the previous one started (right away after a
+/// full batch). Under load the events of that interval share one batch, which
+/// saves the database and the broker a round of requests per commit. A batch
+/// that finds nothing *parks* the relay: it sleeps until a writer's NOTIFY
+/// (writers notify only while a relay is parked: see [`WAKE_LOCK`](crate::WAKE_LOCK)) or
+/// every `poll_interval_ms` without one.
+///
+/// # One batch
+///
+/// In one READ COMMITTED transaction the relay
+///
+/// 1. claims *aggregate heads*: rows that are the oldest unpublished row of
+///    their aggregate, `ORDER BY seq LIMIT batch_size FOR UPDATE SKIP LOCKED`;
+/// 2. reads, per claimed aggregate, its oldest unpublished rows in `seq`
+///    order, an equal share of `2 * batch_size` rows each (at least one: its
+///    head), in the same statement as step 1, through the
+///    `(aggregate_id, seq)` index: the work is one index probe per head plus
+///    the rows read, whatever the backlog (a semi-join of the whole backlog
+///    against the heads, planned as a nested loop on an underestimate, grew
+///    with the backlog; docs/perf-log.md);
+/// 3. enqueues them all on an idempotent producer (`enable.idempotence`,
+///    `acks=all`) in that order and awaits every ack; librdkafka keeps the
+///    order within a partition, and one aggregate is one key, so one partition;
+/// 4. marks published, per aggregate, exactly the prefix up to the first
+///    event that was not acked, and commits.
+///
+/// # Why several relays cannot reorder an aggregate
+///
+/// The writer's business row lock serialises the transactions that write one
+/// aggregate, so per aggregate `seq` order is commit order and the unpublished
+/// rows of an aggregate are always a suffix of its history. A relay only ever
+/// publishes an aggregate while it holds the lock on that aggregate's head row.
+/// Another relay either sees that head (skips it: locked; and every later row
+/// of the aggregate fails `NOT EXISTS`, because the head is older and still
+/// unpublished in its snapshot), or its statement started after the first
+/// relay committed, when the published prefix is visible as published and the
+/// new head is the first row the first relay did not send. If the second
+/// relay's snapshot predates the commit but it reaches the head row after it,
+/// PostgreSQL re-checks the locked row's new version (`published_at IS NULL`
+/// is now false) and drops it, while the later rows still fail `NOT EXISTS`
+/// against the old snapshot. So at most one relay sends a given aggregate at a
+/// time, and always starting at its oldest unpublished event. Steps 1 and 2
+/// share one snapshot: of each claimed aggregate they read the unpublished
+/// rows it shows, from the head on; rows committed after it are later than
+/// all of those (seq = commit order) and wait for the next batch, so the
+/// prefix stays contiguous.
+///
+/// # Tracing
+///
+/// Each row is sent inside a `send {topic}` producer span whose parent is the
+/// trace context the writer stored with the row, so the send shows up in the
+/// trace of the business operation that wrote the event. The Kafka
+/// `traceparent`/`tracestate` headers carry the producer span's context; a
+/// consumer links its `process {topic}` span to it. The span ends with the
+/// broker's ack (partition and offset recorded) or with an error status.
+///
+/// # Failures
+///
+/// Nothing is dropped: rows whose ack failed stay unpublished and are sent
+/// again after an exponential backoff with full jitter (capped at
+/// `backoff_max_ms`), as are rows of a batch whose commit failed (a duplicate
+/// on the topic: delivery is at-least-once). Topics are (re)created before
+/// retrying, and the producer is replaced after a batch with failed sends.
+///
+/// # Stopping
+///
+/// A relay told to stop finishes the batch in hand but does not wait for the
+/// acks still outstanding: it marks the acked prefix and commits, which
+/// releases its claims at once, so another relay publishes those aggregates
+/// right away instead of after `message_timeout_ms` (a broker that is down or
+/// stalled). The stopped relay's producer may still deliver some of the
+/// events it was not acked for: duplicates behind the other relay's copies
+/// (at-least-once; the first copy of each event is still in order).
+///
+/// One narrow reordering remains possible: if librdkafka times out event `n`
+/// of an aggregate (`message_timeout_ms`) but a later event `n+1` is still
+/// acked, `n+1` is not marked (only the acked prefix is) and the next batch
+/// sends `n, n+1` again, so the topic holds `n+1, n, n+1`. A consumer with the
+/// inbox then handles `n+1` before `n`. Keep `message_timeout_ms` well above
+/// broker fail-over times to make this practically impossible.
 pub struct Relay {
     pool: PgPool,
     kafka: KafkaSettings,
