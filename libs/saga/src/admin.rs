@@ -26,7 +26,7 @@
 //! in the order's timeline), committed with it.
 
 use crate::definition::Position;
-use crate::engine::{DriveError, Engine, Next, State, transition};
+use crate::engine::{DriveError, Engine, GUARD, Next, State, transition};
 use crate::operator::{ActionKind, Audit, Operator, OperatorAction};
 use crate::statement::Statement;
 use crate::step::{Saga, StepError};
@@ -164,7 +164,7 @@ impl<S: Saga> Engine<S> {
         .bind(id)
         .bind(S::NAME)
         .bind(self.owner())
-        .bind(self.settings().lease_ms as f64 / 1000.0)
+        .bind(self.lease_secs())
         .execute(self.pool())
         .await?
         .rows_affected();
@@ -240,10 +240,10 @@ impl<S: Saga> Engine<S> {
 
     /// Clears the backoff and hands the instance back to the worker, with the audit row.
     async fn retry_now(&self, id: Uuid, state: &State<S>, audit: &Audit<'_>) -> Result<(), ActionError> {
-        let mut w = Statement::new("saga_s");
+        let mut w = Statement::new(GUARD);
         let (pid, owner) = (w.bind(id), w.bind(self.owner().to_string()));
         w.unguarded(
-            "saga_s",
+            GUARD,
             format!(
                 "UPDATE saga_instances SET lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now(),
                         updated_at = now()
@@ -252,7 +252,7 @@ impl<S: Saga> Engine<S> {
         );
         let step = self.definition().name_at(state.at());
         self.audit(&mut w, id, step, state, audit).map_err(ActionError::Host)?;
-        let (sql, args) = w.finish("SELECT now() FROM saga_s")?;
+        let (sql, args) = w.finish(&format!("SELECT now() FROM {GUARD}"))?;
         let done: Option<DateTime<Utc>> =
             sqlx::query_scalar_with(AssertSqlSafe(sql), args).fetch_optional(self.pool()).await?;
         done.map(|_| ()).ok_or(ActionError::Conflict(format!("saga {id} was taken over meanwhile")))

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 /// The guard of a transition's statement: the lease-guarded update of the
 /// instance's row, returning its id.
-pub(super) const GUARD: &str = "saga_s";
+pub(crate) const GUARD: &str = "saga_s";
 
 impl<S: Saga> Engine<S> {
     /// Commits a step's outcome and the transition `next` in one statement

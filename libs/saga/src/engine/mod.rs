@@ -53,6 +53,7 @@ pub(crate) mod telemetry;
 mod transition;
 mod worker;
 
+pub(crate) use commit::GUARD;
 pub use start::{Launch, NewInstance, Started};
 pub(crate) use state::State;
 pub(crate) use transition::{Next, transition};
@@ -194,7 +195,7 @@ impl<S: Saga> Engine<S> {
         &self.inner.permits
     }
 
-    fn lease_secs(&self) -> f64 {
+    pub(crate) fn lease_secs(&self) -> f64 {
         self.inner.settings.lease_ms as f64 / 1000.0
     }
 }
