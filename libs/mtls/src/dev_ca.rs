@@ -56,27 +56,46 @@ impl DevCa {
 
     /// Writes `ca.pem` and, per service, `<service>.pem` and `<service>-key.pem` (mode
     /// 0600) to `dir` (created), the layout [`crate::TlsSettings::in_dir`] reads.
+    ///
+    /// Every file is written beside its final name and renamed over it, so a service
+    /// that reads the directory meanwhile sees the old file or the new one, never a
+    /// truncated one.
     pub fn write(&self, dir: &Path, services: &[&str], trust_domain: &str) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("ca.pem"), self.ca_pem())?;
+        replace(&dir.join("ca.pem"), self.ca_pem().as_bytes(), 0o644)?;
         for service in services {
-            let issued = self.issue(service, trust_domain).map_err(std::io::Error::other)?;
-            std::fs::write(dir.join(format!("{service}.pem")), issued.cert_pem)?;
-            write_private(&dir.join(format!("{service}-key.pem")), issued.key_pem.as_bytes())?;
+            self.write_service(dir, service, trust_domain)?;
         }
         Ok(())
     }
+
+    /// Writes `<service>.pem` and `<service>-key.pem` (mode 0600) to `dir`, which
+    /// [`DevCa::write`] made, leaving `ca.pem` as it is.
+    pub fn write_service(&self, dir: &Path, service: &str, trust_domain: &str) -> std::io::Result<()> {
+        let issued = self.issue(service, trust_domain).map_err(std::io::Error::other)?;
+        replace(&dir.join(format!("{service}-key.pem")), issued.key_pem.as_bytes(), 0o600)?;
+        replace(&dir.join(format!("{service}.pem")), issued.cert_pem.as_bytes(), 0o644)
+    }
 }
 
-fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+/// Writes `contents` to a temporary file beside `path` with `mode`, then renames it
+/// over `path` (atomic within one file system).
+fn replace(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
     use std::io::Write;
     #[cfg(unix)]
     use std::os::unix::fs::OpenOptionsExt;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temporary = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
-    options.mode(0o600);
-    options.open(path)?.write_all(contents)
+    options.mode(mode);
+    #[cfg(not(unix))]
+    let _ = mode;
+    let mut file = options.open(&temporary)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)
 }
 
 #[cfg(test)]
@@ -104,6 +123,22 @@ mod tests {
         let partial = TlsSettings { key_file: String::new(), ..TlsSettings::in_dir(&dir, "order") };
         assert!(matches!(Identity::load(&partial, "order"), Err(TlsError::Partial("key_file"))));
         assert!(Identity::load(&TlsSettings::default(), "order").unwrap().is_none(), "off");
+
+        // A later service leaves ca.pem alone (services may be reading it), keeps its
+        // key private and leaves no temporary file behind.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::{MetadataExt, PermissionsExt};
+            let before = std::fs::metadata(dir.join("ca.pem")).unwrap().ino();
+            ca.write_service(&dir, "inventory", "sagaworks").unwrap();
+            assert_eq!(std::fs::metadata(dir.join("ca.pem")).unwrap().ino(), before);
+            let mode = std::fs::metadata(dir.join("inventory-key.pem")).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let mut names: Vec<_> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -23,7 +23,7 @@ impl Authority {
         let dir = root.join(format!("{}-{label}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a directory for the test certificates");
         let ca = DevCa::new(&format!("sagaworks test CA ({label})")).expect("a test CA");
-        std::fs::write(dir.join("ca.pem"), ca.ca_pem()).expect("write the test CA");
+        ca.write(&dir, &[], "sagaworks").expect("write the test CA");
         Self { ca, dir }
     }
 
@@ -31,7 +31,8 @@ impl Authority {
         assert_ne!(service, "ca", "ca.pem is the CA's certificate");
         let settings = TlsSettings::in_dir(&self.dir, service);
         if !Path::new(&settings.cert_file).exists() {
-            self.ca.write(&self.dir, &[service], "sagaworks").expect("write a test certificate");
+            // Not `write`: services of this process may be reading ca.pem right now.
+            self.ca.write_service(&self.dir, service, "sagaworks").expect("write a test certificate");
         }
         settings
     }
