@@ -121,7 +121,7 @@ async fn a_saga_stuck_on_a_participant_outage_is_found_and_retried_now_to_confir
 
     // Inventory comes back; the operator does not wait out the hour.
     stack.inventory =
-        system_tests::start_inventory(&stack.inventory_db, &stack.kafka, stack.inventory.grpc_port).await;
+        system_tests::start_inventory(&stack.inventory_db, &stack.kafka_for("inventory"), stack.inventory.grpc_port).await;
     let (status, acted) =
         post(&stack, &path, Some("retry-1"), json!({ "reason": "inventory is back" })).await;
     assert_eq!(status, StatusCode::OK, "{acted}");

@@ -428,7 +428,7 @@ async fn replicas_do_not_run_a_saga_twice() {
     let settings = || {
         system_tests::order_settings(
             &stack.order_db,
-            &stack.kafka,
+            &stack.kafka_for("order"),
             &stack.inventory.grpc_url(),
             &stack.payment.grpc_url(),
         )

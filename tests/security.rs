@@ -1005,10 +1005,11 @@ async fn dev_up_service_roles_are_unprivileged_split_and_reach_only_their_own_da
 }
 
 /// A backend (inventory here; order and payment share `ServiceHost`) in production
-/// refuses TLS off and fault injection at start-up, naming the setting; development
-/// takes both, and production with TLS on and no faults starts.
+/// refuses TLS off, fault injection and a plaintext or anonymous Kafka at start-up,
+/// naming the setting; development takes each, and production with TLS on, no faults
+/// and its own Kafka user over SASL_SSL starts.
 #[tokio::test]
-async fn a_backend_refuses_tls_off_and_fault_injection_in_production() {
+async fn a_backend_refuses_tls_off_fault_injection_and_a_plaintext_kafka_in_production() {
     use sagaworks_config::Environment;
     let db = sagaworks_test_support::TestDatabase::create("prod_inventory").await;
     let broker = sagaworks_test_support::Broker::start().await;
@@ -1018,13 +1019,26 @@ async fn a_backend_refuses_tls_off_and_fault_injection_in_production() {
         grpc: sagaworks_config::ListenSettings::new("127.0.0.1", 0),
         http: sagaworks_config::ListenSettings::new("127.0.0.1", 0),
         database: db.settings(),
-        kafka: broker.kafka_settings(),
+        kafka: broker.kafka_settings_as("inventory"),
         ..Default::default()
     };
     type Tweak<'a> = &'a dyn Fn(&mut inventory::config::Settings);
-    let unsafe_settings: [(&str, Tweak, &str); 2] = [
+    let unsafe_settings: [(&str, Tweak, &str); 5] = [
         ("TLS off", &|s| s.tls = Default::default(), "tls is refused"),
         ("fault injection", &|s| s.fault.enabled = true, "fault.enabled is refused"),
+        (
+            "plaintext Kafka",
+            &|s| s.kafka.security_protocol = sagaworks_config::KafkaSecurity::Plaintext,
+            "kafka.security_protocol is refused",
+        ),
+        (
+            "plaintext Kafka through the extra properties",
+            &|s| {
+                s.kafka.properties.insert("security.protocol".into(), "PLAINTEXT".into());
+            },
+            "kafka.security_protocol is refused",
+        ),
+        ("no Kafka password", &|s| s.kafka.sasl_password.clear(), "kafka.sasl_password is refused"),
     ];
     for (what, tweak, says) in unsafe_settings {
         let mut settings = safe.clone();
@@ -1174,6 +1188,6 @@ async fn kafka_refuses_a_service_that_writes_another_services_topic() {
             || format!("{refused:?}").contains("MessageTimedOut"),
         "{refused:?}"
     );
-    let plaintext = sagaworks_config::KafkaSettings { security_protocol: "plaintext".into(), ..payment };
+    let plaintext = sagaworks_config::KafkaSettings { security_protocol: sagaworks_config::KafkaSecurity::Plaintext, ..payment };
     send(plaintext, topic("payment")).await.expect_err("a plaintext client is refused");
 }

@@ -21,7 +21,7 @@ pub async fn restart_inventory_with_faults(stack: &mut Stack) {
         grpc: local(stack.inventory.grpc_port),
         http: local(0),
         database: stack.inventory_db.settings(),
-        kafka: stack.kafka.clone(),
+        kafka: stack.kafka_for("inventory"),
         fault: sagaworks_runtime::fault::FaultSettings { enabled: true },
         ..Default::default()
     };

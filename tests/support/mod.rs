@@ -177,6 +177,8 @@ pub async fn start_gateway_with(settings: gateway::config::Settings) -> Running 
 /// The whole system.
 pub struct Stack {
     pub broker: Broker,
+    /// The stack's topic prefix, logged in as `admin` (the test's own clients); each
+    /// service logs in as its own user ([`Stack::kafka_for`]).
     pub kafka: KafkaSettings,
     pub order_db: TestDatabase,
     pub inventory_db: TestDatabase,
@@ -209,9 +211,10 @@ impl Stack {
             TestDatabase::create("payment")
         );
         let kafka = broker.kafka_settings();
-        let inventory = start_inventory(&inventory_db, &kafka, 0).await;
-        let payment = start_payment(&payment_db, &kafka, 0).await;
-        let mut settings = order_settings(&order_db, &kafka, &inventory.grpc_url(), &payment.grpc_url());
+        let inventory = start_inventory(&inventory_db, &broker.login(&kafka, "inventory"), 0).await;
+        let payment = start_payment(&payment_db, &broker.login(&kafka, "payment"), 0).await;
+        let mut settings =
+            order_settings(&order_db, &broker.login(&kafka, "order"), &inventory.grpc_url(), &payment.grpc_url());
         tweak(&mut settings);
         let order = start_order(settings).await;
         let gateway = start_gateway(&order.grpc_url(), &inventory.grpc_url(), &payment.grpc_url()).await;
@@ -227,6 +230,11 @@ impl Stack {
         Self { broker, kafka, order_db, inventory_db, payment_db, inventory, payment, order, gateway, http }
     }
 
+    /// [`Self::kafka`] logged in as `service`'s own Kafka user.
+    pub fn kafka_for(&self, service: &str) -> KafkaSettings {
+        self.broker.login(&self.kafka, service)
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.gateway.http_port)
     }
@@ -236,7 +244,7 @@ impl Stack {
     pub async fn restart_order(&mut self, tweak: impl FnOnce(&mut order::config::Settings)) {
         self.order.kill();
         let mut settings =
-            order_settings(&self.order_db, &self.kafka, &self.inventory.grpc_url(), &self.payment.grpc_url());
+            order_settings(&self.order_db, &self.kafka_for("order"), &self.inventory.grpc_url(), &self.payment.grpc_url());
         settings.grpc.port = self.order.grpc_port;
         tweak(&mut settings);
         self.order = Running::start_on_same_port::<Order>("order", settings).await;

@@ -185,15 +185,21 @@ pub struct ProcessStack {
     pub http: reqwest::Client,
     /// What another order replica needs: its database, the broker, the participants.
     order_db_url: String,
+    order_kafka: KafkaSettings,
+    /// The stack's topic prefix, logged in as `admin` (the test's own clients).
     pub kafka: KafkaSettings,
     clients: String,
 }
 
 /// A backend service's configuration file.
 fn backend_config(db_url: &str, kafka: &KafkaSettings, grpc: u16, http: u16, extra: &str) -> String {
+    let kafka_login = format!(
+        "security_protocol = \"sasl_ssl\"\nsasl_username = \"{}\"\nsasl_password = \"{}\"\nssl_ca_file = \"{}\"\n",
+        kafka.sasl_username, kafka.sasl_password, kafka.ssl_ca_file
+    );
     format!(
         "[grpc]\nhost = \"127.0.0.1\"\nport = {grpc}\n[http]\nhost = \"127.0.0.1\"\nport = {http}\n\
-         [database]\nurl = \"{db_url}\"\n[kafka]\nbrokers = \"{}\"\ntopic_prefix = \"{}\"\n{extra}",
+         [database]\nurl = \"{db_url}\"\n[kafka]\nbrokers = \"{}\"\ntopic_prefix = \"{}\"\n{kafka_login}{extra}",
         kafka.brokers, kafka.topic_prefix
     )
 }
@@ -210,16 +216,22 @@ impl ProcessStack {
         );
         let broker = Broker::start().await;
         let kafka = broker.kafka_settings();
-        let backend = |db: &TestDatabase, grpc: u16, http: u16, extra: &str| {
-            backend_config(&db.url, &kafka, grpc, http, extra)
+        // Each service logs in to Kafka as its own user.
+        let backend = |name: &str, db: &TestDatabase, grpc: u16, http: u16, extra: &str| {
+            backend_config(&db.url, &broker.login(&kafka, name), grpc, http, extra)
         };
         let ports = || (free_port(), free_port());
         let (grpc, http) = ports();
-        let inventory =
-            ServiceProcess::spawn("inventory", http, grpc, &backend(&inventory_db, grpc, http, ""), env);
+        let inventory = ServiceProcess::spawn(
+            "inventory",
+            http,
+            grpc,
+            &backend("inventory", &inventory_db, grpc, http, ""),
+            env,
+        );
         let (grpc, http) = ports();
         let payment =
-            ServiceProcess::spawn("payment", http, grpc, &backend(&payment_db, grpc, http, ""), env);
+            ServiceProcess::spawn("payment", http, grpc, &backend("payment", &payment_db, grpc, http, ""), env);
         let (grpc, http) = ports();
         let clients = format!(
             "[inventory]\nurl = \"{}\"\n[payment]\nurl = \"{}\"\n",
@@ -227,7 +239,7 @@ impl ProcessStack {
             payment.grpc_url()
         );
         let order =
-            ServiceProcess::spawn("order", http, grpc, &backend(&order_db, grpc, http, &clients), env);
+            ServiceProcess::spawn("order", http, grpc, &backend("order", &order_db, grpc, http, &clients), env);
         let http = free_port();
         let gateway_config = format!(
             "[http]\nhost = \"127.0.0.1\"\nport = {http}\n[order]\nurl = \"{}\"\n[order.routes]\nCreateOrder = 15000\n\
@@ -245,8 +257,10 @@ impl ProcessStack {
             .build()
             .expect("an HTTP client");
         let order_db_url = order_db.url.clone();
+        let order_kafka = broker.login(&kafka, "order");
         let mut stack = Self {
             order_db_url,
+            order_kafka,
             kafka,
             clients,
             broker,
@@ -271,7 +285,7 @@ impl ProcessStack {
     /// broker and participants) with `env`, and waits until it is ready.
     pub async fn start_order_replica(&self, env: &[(&str, &str)]) -> ServiceProcess {
         let (grpc, http) = (free_port(), free_port());
-        let config = backend_config(&self.order_db_url, &self.kafka, grpc, http, &self.clients);
+        let config = backend_config(&self.order_db_url, &self.order_kafka, grpc, http, &self.clients);
         let mut replica = ServiceProcess::spawn("order", http, grpc, &config, env);
         replica.wait_ready(&self.http).await;
         replica

@@ -284,7 +284,7 @@ async fn run_check(args: CheckArgs) -> Result<ExitCode, ToolError> {
     if let Some(brokers) = args.brokers {
         let mut kafka = KafkaSettings { brokers, topic_prefix: args.topic_prefix, ..Default::default() };
         if let Some(user) = args.kafka_user {
-            kafka.security_protocol = "sasl_ssl".into();
+            kafka.security_protocol = sagaworks_config::KafkaSecurity::SaslSsl;
             kafka.sasl_username = user;
             kafka.sasl_password = args.kafka_password.unwrap_or_default();
             kafka.ssl_ca_file = args.kafka_ca_file.unwrap_or_default();

@@ -220,8 +220,8 @@ pub struct KafkaSettings {
     /// `plaintext`, or `sasl_ssl`: TLS (the broker's certificate checked against
     /// `ssl_ca_file`, or the system's roots when empty) and SCRAM-SHA-512 as
     /// `sasl_username` / `sasl_password` (each service its own user; its ACLs say which
-    /// topics it may write and read).
-    pub security_protocol: String,
+    /// topics it may write and read). Anything else is a configuration error.
+    pub security_protocol: KafkaSecurity,
     pub sasl_username: String,
     /// Redacted in `Debug`.
     pub sasl_password: String,
@@ -230,11 +230,31 @@ pub struct KafkaSettings {
     pub properties: std::collections::BTreeMap<String, String>,
 }
 
+/// How a service connects to Kafka ([`KafkaSettings::security_protocol`]).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum KafkaSecurity {
+    /// No TLS, no authentication: development only.
+    #[default]
+    Plaintext,
+    /// TLS and SCRAM-SHA-512.
+    SaslSsl,
+}
+
 impl KafkaSettings {
+    /// Whether the connection is encrypted: `security_protocol = sasl_ssl`, or an extra
+    /// `security.protocol` property of `ssl` or `sasl_ssl` (which wins over the field).
+    pub fn is_encrypted(&self) -> bool {
+        match self.properties.iter().find(|(k, _)| k.eq_ignore_ascii_case("security.protocol")) {
+            Some((_, v)) => v.eq_ignore_ascii_case("ssl") || v.eq_ignore_ascii_case("sasl_ssl"),
+            None => self.security_protocol == KafkaSecurity::SaslSsl,
+        }
+    }
+
     /// The librdkafka properties of `security_protocol` and the SASL and TLS settings;
     /// none for `plaintext`.
     pub fn security_properties(&self) -> Vec<(&'static str, String)> {
-        if !self.security_protocol.eq_ignore_ascii_case("sasl_ssl") {
+        if self.security_protocol != KafkaSecurity::SaslSsl {
             return Vec::new();
         }
         let mut properties = vec![
@@ -274,7 +294,7 @@ impl Default for KafkaSettings {
         Self {
             brokers: "127.0.0.1:9092".into(),
             topic_prefix: "sagaworks".into(),
-            security_protocol: "plaintext".into(),
+            security_protocol: KafkaSecurity::Plaintext,
             sasl_username: String::new(),
             sasl_password: String::new(),
             ssl_ca_file: String::new(),

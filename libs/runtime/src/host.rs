@@ -10,7 +10,7 @@ use crate::db::{self, DbError};
 use crate::fault::{FaultInjector, FaultSettings};
 use crate::health::{DbCheck, Readiness};
 use futures::future::BoxFuture;
-use sagaworks_config::{DatabaseSettings, Environment, ListenSettings};
+use sagaworks_config::{DatabaseSettings, Environment, KafkaSecurity, KafkaSettings, ListenSettings};
 use sagaworks_mtls::{Identity, Policy, TlsSettings};
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
@@ -41,7 +41,8 @@ pub enum HostError {
     Task { name: &'static str, source: TaskError },
 }
 
-/// The settings [`ServiceHost::build`] reads, borrowed from a service's own.
+/// The settings [`ServiceHost::build`] reads, borrowed from a service's own
+/// ([`host_settings!`](crate::host_settings) writes the borrowing).
 #[derive(Debug, Clone, Copy)]
 pub struct HostSettings<'a> {
     pub environment: Environment,
@@ -50,6 +51,31 @@ pub struct HostSettings<'a> {
     pub http: &'a ListenSettings,
     pub tls: &'a TlsSettings,
     pub fault: &'a FaultSettings,
+    /// Only checked here (production refuses plaintext); the relay and the consumers
+    /// connect with it.
+    pub kafka: &'a KafkaSettings,
+}
+
+/// `impl $settings { pub fn host(&self) -> HostSettings<'_> }`, for a service's settings
+/// struct that has the fields of [`HostSettings`] under the same names.
+#[macro_export]
+macro_rules! host_settings {
+    ($settings:ty) => {
+        impl $settings {
+            /// What the service host reads ([`ServiceHost::build`](sagaworks_runtime::host::ServiceHost::build)).
+            pub fn host(&self) -> $crate::host::HostSettings<'_> {
+                $crate::host::HostSettings {
+                    environment: self.environment,
+                    database: &self.database,
+                    grpc: &self.grpc,
+                    http: &self.http,
+                    tls: &self.tls,
+                    fault: &self.fault,
+                    kafka: &self.kafka,
+                }
+            }
+        }
+    };
 }
 
 pub struct ServiceHost {
@@ -82,10 +108,12 @@ impl ServiceHost {
         settings: HostSettings<'_>,
         mut migrators: Vec<Migrator>,
     ) -> Result<Self, HostError> {
-        let HostSettings { environment, database, grpc, http, tls, fault } = settings;
+        let HostSettings { environment, database, grpc, http, tls, fault, kafka } = settings;
         environment.refuse(&[
             (!tls.enabled(), "tls", "the gRPC port would be plaintext and admit any caller; set tls.ca_file, tls.cert_file and tls.key_file"),
             (fault.enabled, "fault.enabled", "/fault lets anyone who reaches the HTTP port fail or slow down every gRPC call"),
+            (!kafka.is_encrypted(), "kafka.security_protocol", "plaintext Kafka lets anyone who reaches a broker read every event and forge any, past the consumers' source check; set sasl_ssl"),
+            (kafka.security_protocol == KafkaSecurity::SaslSsl && (kafka.sasl_username.is_empty() || kafka.sasl_password.is_empty()), "kafka.sasl_password", "sasl_ssl needs the service's own user: set kafka.sasl_username and kafka.sasl_password"),
         ])?;
         // Before anything records a metric, so nothing recorded is lost.
         crate::metrics::handle();

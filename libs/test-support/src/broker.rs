@@ -1,51 +1,77 @@
 //! Apache Kafka for tests, started through `scripts/kafka` (the one helper that
-//! scripts/dev-up and scripts/chaos use too).
+//! scripts/dev-up and scripts/chaos use too). Every broker a test gets has a SASL_SSL
+//! listener, as dev-up's has: [`Broker::kafka_settings`] logs in as `admin`,
+//! [`Broker::login`] as a service's own SCRAM user (services.toml's backends).
 //!
-//! * [`Broker::start`] — the test run's shared broker when `SW_TEST_KAFKA` names
-//!   one (scripts/test starts a single node and sets it); otherwise a private
-//!   one. Tests on the shared broker are kept apart by their topic prefix
-//!   ([`Broker::kafka_settings`]) and their consumer group names.
+//! * [`Broker::start`] — the test run's shared broker when `SW_TEST_KAFKA` names its
+//!   directory (scripts/test starts a single node there and sets it); otherwise a
+//!   private one. Tests on the shared broker are kept apart by their topic prefix
+//!   ([`Broker::kafka_settings`]) and their consumer group names; it has no ACLs.
 //! * [`Broker::private`] — a single node of the test's own, which it may stop,
 //!   kill and restart: its log survives a restart, as a real broker's does.
 //! * [`Broker::cluster`] — a cluster of its own (replication factor = nodes,
 //!   `min.insync.replicas` 2), whose nodes the test may kill, stop (SIGSTOP) and
 //!   restart one by one.
-//! * [`Broker::secured`] — a single node of its own in `scripts/kafka`'s secure mode:
-//!   SASL_SSL (the broker's certificate from [`crate::certs`]), a SCRAM user per
-//!   service and the ACLs of services.toml for one topic prefix;
-//!   [`Broker::kafka_settings_as`] connects as one of those users.
+//! * [`Broker::secured`] — a single node of its own whose authorizer enforces the ACLs
+//!   of services.toml for one topic prefix (the one [`Broker::kafka_settings`] gives).
 //!
-//! A private broker lives under `<target dir>/kafka-test/<id>/` and is stopped
-//! and removed when the value is dropped; scripts/test stops any left behind by
-//! a test process that died.
+//! A private broker's certificate is issued by the test process's CA ([`crate::certs`]);
+//! the shared one's by the CA scripts/test made for it. A private broker lives under
+//! `<target dir>/kafka-test/<id>/` and is stopped and removed when the value is dropped;
+//! scripts/test stops any left behind by a test process that died.
 
 use sagaworks_config::KafkaSettings;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The environment variable naming the shared broker's bootstrap servers.
+/// The environment variable naming the shared broker's directory (`scripts/kafka up
+/// <dir> --secure ...`).
 pub const SHARED_BROKER_ENV: &str = "SW_TEST_KAFKA";
 
 pub struct Broker {
     bootstrap: String,
+    /// The cluster's directory: `users/<user>.password` and `cluster.env`.
+    dir: PathBuf,
+    /// The CA file that issued the brokers' certificate.
+    ca_file: String,
+    /// With ACLs: the topic prefix they name.
+    acl_prefix: Option<String>,
     /// `None` for the shared broker, which no test may stop.
     own: Option<Own>,
 }
 
 struct Own {
-    dir: PathBuf,
     nodes: u8,
-    /// Secure mode: the topic prefix its ACLs name.
-    secure_prefix: Option<String>,
+    /// `scripts/kafka up`'s arguments after the directory (a restart repeats them).
+    args: Vec<String>,
 }
 
 impl Broker {
     /// The shared broker (`SW_TEST_KAFKA`), or a private single node when none is set.
     pub async fn start() -> Self {
-        match std::env::var(SHARED_BROKER_ENV) {
-            Ok(bootstrap) if !bootstrap.trim().is_empty() => Self { bootstrap, own: None },
+        match std::env::var_os(SHARED_BROKER_ENV) {
+            Some(dir) if !dir.is_empty() => Self::shared(PathBuf::from(dir)),
             _ => Self::private().await,
         }
+    }
+
+    fn shared(dir: PathBuf) -> Self {
+        let env = std::fs::read_to_string(dir.join("cluster.env")).unwrap_or_else(|e| {
+            panic!("{SHARED_BROKER_ENV}={}: no cluster.env there ({e}); scripts/test sets it", dir.display())
+        });
+        let value = |key: &str| {
+            env.lines()
+                .find_map(|l| l.strip_prefix(key).and_then(|l| l.strip_prefix('=')))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert_eq!(value("SECURE"), "1", "{SHARED_BROKER_ENV}: the shared broker must be a --secure one");
+        let nodes: u16 = value("NODES").parse().expect("NODES in cluster.env");
+        let port: u16 = value("PORT").parse().expect("PORT in cluster.env");
+        let bootstrap =
+            (0..nodes).map(|k| format!("127.0.0.1:{}", port + k)).collect::<Vec<_>>().join(",");
+        let ca_file = Path::new(&value("CERTS")).join("ca.pem").display().to_string();
+        Self { bootstrap, dir, ca_file, acl_prefix: None, own: None }
     }
 
     /// A single Kafka node of this test's own.
@@ -56,68 +82,85 @@ impl Broker {
     /// A cluster of `nodes` (1 to 9) of this test's own.
     pub async fn cluster(nodes: u8) -> Self {
         assert!((1..=9).contains(&nodes), "a cluster has 1 to 9 nodes");
+        Self::own(nodes, None).await
+    }
+
+    /// A single node of this test's own whose authorizer denies what the ACLs of
+    /// services.toml, for topics `<prefix>.<aggregate>`, do not allow. The prefix is its
+    /// own; [`Broker::kafka_settings`] uses it.
+    pub async fn secured() -> Self {
+        Self::own(1, Some(format!("s{}", &uuid::Uuid::new_v4().simple().to_string()[..8]))).await
+    }
+
+    async fn own(nodes: u8, acl_prefix: Option<String>) -> Self {
         let dir = target_dir().join("kafka-test").join(uuid::Uuid::new_v4().simple().to_string());
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
         let port = free_ports(2 * u16::from(nodes));
-        let args = ["--nodes".to_string(), nodes.to_string(), "--port".into(), port.to_string()];
-        let mut b = Self { bootstrap: String::new(), own: Some(Own { dir, nodes, secure_prefix: None }) };
-        b.bootstrap = b.kafka_script("up", &args).await;
-        b
-    }
-
-    /// A single node of this test's own with a SASL_SSL listener, a SCRAM user per backend
-    /// of services.toml and their ACLs for topics `<prefix>.<aggregate>` (a prefix of its own).
-    pub async fn secured() -> Self {
-        let dir = target_dir().join("kafka-test").join(uuid::Uuid::new_v4().simple().to_string());
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-        let port = free_ports(2);
         let certs = crate::certs::tls("kafka");
         let certs_dir = Path::new(&certs.ca_file).parent().expect("the certificates' directory").to_owned();
-        let prefix = format!("s{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-        let args = [
-            "--port".to_string(),
+        let mut args = vec![
+            "--nodes".to_string(),
+            nodes.to_string(),
+            "--port".into(),
             port.to_string(),
             "--secure".into(),
             certs_dir.display().to_string(),
-            "--topic-prefix".into(),
-            prefix.clone(),
         ];
-        let mut b =
-            Self { bootstrap: String::new(), own: Some(Own { dir, nodes: 1, secure_prefix: Some(prefix) }) };
+        if let Some(prefix) = &acl_prefix {
+            args.extend(["--topic-prefix".to_string(), prefix.clone()]);
+        }
+        let mut b = Self {
+            bootstrap: String::new(),
+            dir,
+            ca_file: certs.ca_file,
+            acl_prefix,
+            own: Some(Own { nodes, args: args.clone() }),
+        };
         b.bootstrap = b.kafka_script("up", &args).await;
         b
     }
 
-    /// Settings for `user` (a backend's name, or `admin`) of a [`Broker::secured`] broker,
-    /// with the topic prefix its ACLs name.
-    pub fn kafka_settings_as(&self, user: &str) -> KafkaSettings {
-        let own = self.own();
-        let prefix = own.secure_prefix.clone().expect("Broker::secured() only");
-        let password = std::fs::read_to_string(own.dir.join("users").join(format!("{user}.password")))
-            .unwrap_or_else(|e| panic!("no Kafka user {user}: {e}"));
+    /// Settings for a client of this broker logged in as `admin` (who may do anything),
+    /// with a topic prefix of its own (on a [`Broker::secured`] one, the prefix its ACLs
+    /// name).
+    pub fn kafka_settings(&self) -> KafkaSettings {
+        let prefix = self
+            .acl_prefix
+            .clone()
+            .unwrap_or_else(|| format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..8]));
+        self.login(
+            &KafkaSettings {
+                brokers: self.address(),
+                topic_prefix: prefix,
+                security_protocol: sagaworks_config::KafkaSecurity::SaslSsl,
+                ssl_ca_file: self.ca_file.clone(),
+                ..Default::default()
+            },
+            "admin",
+        )
+    }
+
+    /// `settings` logged in as `user` instead: a backend of services.toml (its own SCRAM
+    /// user) or `admin`.
+    pub fn login(&self, settings: &KafkaSettings, user: &str) -> KafkaSettings {
+        let file = self.dir.join("users").join(format!("{user}.password"));
+        let password =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("no Kafka user {user} ({}: {e})", file.display()));
         KafkaSettings {
-            brokers: self.address(),
-            topic_prefix: prefix,
-            security_protocol: "sasl_ssl".into(),
             sasl_username: user.into(),
             sasl_password: password.trim().into(),
-            ssl_ca_file: crate::certs::ca_file(),
-            ..Default::default()
+            ..settings.clone()
         }
+    }
+
+    /// [`Broker::kafka_settings`] logged in as `user`.
+    pub fn kafka_settings_as(&self, user: &str) -> KafkaSettings {
+        self.login(&self.kafka_settings(), user)
     }
 
     /// The bootstrap servers (`host:port`, comma-separated for a cluster).
     pub fn address(&self) -> String {
         self.bootstrap.clone()
-    }
-
-    /// Settings for a client of this broker, with a unique topic prefix.
-    pub fn kafka_settings(&self) -> KafkaSettings {
-        KafkaSettings {
-            brokers: self.address(),
-            topic_prefix: format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
-            ..Default::default()
-        }
     }
 
     /// How many nodes it has.
@@ -127,24 +170,23 @@ impl Broker {
 
     /// Stops every node (SIGTERM, as an operator would; the logs stay).
     pub fn stop(&mut self) {
-        let own = self.own();
-        run_script(&["down", &own.dir.to_string_lossy()]);
+        self.own();
+        run_script(&["down", &self.dir.to_string_lossy()]);
     }
 
     /// Starts every stopped or killed node again, on its ports and its log, and
     /// waits until each runs.
     pub async fn restart(&mut self) {
-        let nodes = self.own().nodes.to_string();
         // `up` on an existing cluster checks its shape against these and starts what is down.
-        let port = self.bootstrap.split(',').next().and_then(|a| a.rsplit(':').next()).unwrap().to_string();
-        self.bootstrap = self.kafka_script("up", &["--nodes".into(), nodes, "--port".into(), port]).await;
+        let args = self.own().args.clone();
+        self.bootstrap = self.kafka_script("up", &args).await;
     }
 
     /// Sends `signal` (`KILL`, `STOP`, `CONT`, `TERM`) to node `k` (1-based).
     pub fn signal(&self, k: u8, signal: &str) {
         let own = self.own();
         assert!((1..=own.nodes).contains(&k), "no node {k}");
-        run_script(&["signal", &own.dir.to_string_lossy(), &k.to_string(), signal]);
+        run_script(&["signal", &self.dir.to_string_lossy(), &k.to_string(), signal]);
     }
 
     /// Node `k`'s client address.
@@ -159,10 +201,9 @@ impl Broker {
     }
 
     async fn kafka_script(&self, cmd: &str, args: &[String]) -> String {
-        let own = self.own();
         let out = tokio::process::Command::new(script())
             .arg(cmd)
-            .arg(&own.dir)
+            .arg(&self.dir)
             .args(args)
             .stdin(Stdio::null())
             .stderr(Stdio::inherit())
@@ -172,7 +213,7 @@ impl Broker {
         assert!(
             out.status.success(),
             "scripts/kafka {cmd} {} failed (its output is above)",
-            own.dir.display()
+            self.dir.display()
         );
         let stdout = String::from_utf8_lossy(&out.stdout);
         stdout.lines().last().unwrap_or_default().trim().to_string()
@@ -181,9 +222,9 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        if let Some(own) = &self.own {
-            run_script(&["down", &own.dir.to_string_lossy()]);
-            let _ = std::fs::remove_dir_all(&own.dir);
+        if self.own.is_some() {
+            run_script(&["down", &self.dir.to_string_lossy()]);
+            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }

@@ -6,7 +6,6 @@ use sagaworks_mtls::TlsSettings;
 use sagaworks_outbox::{ConsumerSettings, DeadLetterSettings, RelaySettings};
 use sagaworks_resilience::ClientSettings;
 use sagaworks_runtime::fault::FaultSettings;
-use sagaworks_runtime::host::HostSettings;
 use sagaworks_saga::SagaSettings;
 use serde::{Deserialize, Serialize};
 
@@ -79,16 +78,4 @@ impl Default for Settings {
     }
 }
 
-impl Settings {
-    /// What the service host reads ([`sagaworks_runtime::host::ServiceHost::build`]).
-    pub fn host(&self) -> HostSettings<'_> {
-        HostSettings {
-            environment: self.environment,
-            database: &self.database,
-            grpc: &self.grpc,
-            http: &self.http,
-            tls: &self.tls,
-            fault: &self.fault,
-        }
-    }
-}
+sagaworks_runtime::host_settings!(Settings);

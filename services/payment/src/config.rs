@@ -5,7 +5,6 @@ use sagaworks_config::{DatabaseSettings, Environment, KafkaSettings, ListenSetti
 use sagaworks_mtls::TlsSettings;
 use sagaworks_outbox::RelaySettings;
 use sagaworks_runtime::fault::FaultSettings;
-use sagaworks_runtime::host::HostSettings;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -47,16 +46,4 @@ impl Default for Settings {
     }
 }
 
-impl Settings {
-    /// What the service host reads ([`sagaworks_runtime::host::ServiceHost::build`]).
-    pub fn host(&self) -> HostSettings<'_> {
-        HostSettings {
-            environment: self.environment,
-            database: &self.database,
-            grpc: &self.grpc,
-            http: &self.http,
-            tls: &self.tls,
-            fault: &self.fault,
-        }
-    }
-}
+sagaworks_runtime::host_settings!(Settings);

@@ -71,7 +71,7 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
         grpc: local(),
         http: local(),
         database: inventory_db.settings(),
-        kafka: kafka.clone(),
+        kafka: broker.login(&kafka, "inventory"),
         ..Default::default()
     })
     .await
@@ -90,6 +90,8 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
         grpc: local(),
         http: local(),
         database: db.settings(),
+        // As `admin`: a broker gets a user per backend of services.toml when it is made,
+        // and the test run's shared one may be older than this service.
         kafka: kafka.clone(),
         inventory: downstream,
         ..Default::default()
