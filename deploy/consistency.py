@@ -46,7 +46,15 @@ What it asserts, per service of services.toml:
   scripts/validate-observability builds and checks the configs with (Jaeger's version in
   scripts/lib/tracing.sh, the collector's release in deploy/observability/build/
   otelcol-builder.yaml), each on the committed config (deploy/observability/jaeger.yaml,
-  otel-collector.yaml).
+  otel-collector.yaml);
+* Kafka runs secured like scripts/kafka's secure mode (check_kafka_security):
+  deploy/kafka/start.sh (and its dev copy) with SASL_SSL, an SSL controller listener
+  with client certificates, the StandardAuthorizer and no access without an ACL; a SCRAM
+  user per backend whose password is the one the backend uses; the backends on
+  sasl_ssl as themselves; deploy/kafka/acls.txt (and its dev copy) exactly
+  scripts/lib/kafka_acls.py's ACLs, applied by the init step; the broker's Certificate.
+
+`consistency.py --write-kafka-acls` (re)writes deploy/kafka/acls.txt and its dev copy.
 
 Needs python3 and PyYAML. Exit status 0 if every check passed, 1 otherwise.
 """
@@ -1175,6 +1183,197 @@ def check_kafka_release(report: Report, compose: dict[str, Any], k8s: dict[str, 
         report.check(image == want, f"{where}: image must be {want} (the Kafka the tests run, {KAFKA_POM}), got {image}")
 
 
+# --- Kafka's security: SASL_SSL, users, ACLs (deploy/kafka/) ------------------------------
+
+KAFKA_DIR = Path("deploy/kafka")
+KAFKA_COPIES_DIR = Path("k8s/overlays/dev/infra/kafka")
+#: The ACL file's stand-in for the topic prefix (the init step substitutes TOPIC_PREFIX).
+ACL_PREFIX = "@PREFIX@"
+KAFKA_ACLS_HEADER = """\
+# The Kafka ACLs of the services, generated: do not edit. Regenerate (this file and its
+# copy k8s/overlays/dev/infra/kafka/acls.txt) with
+#   python3 deploy/consistency.py --write-kafka-acls
+# deploy/consistency.py fails when either differs from scripts/lib/kafka_acls.py's output.
+#
+# Committed rather than generated at deploy time: the Kafka image has no python, and
+# kustomize reads only committed files, so the k8s dev overlay needs a committed file in
+# any case; compose mounts this same file, so both apply one list. @PREFIX@ stands for
+# the topic prefix: the init step (compose `kafka-init`, the k8s Job `kafka-topics`)
+# replaces it with its TOPIC_PREFIX, the services' APP_KAFKA__TOPIC_PREFIX.
+#
+# One kafka-acls.sh call per line: principal|resource type|pattern type|operations|resources
+"""
+
+
+def _kafka_acls_module(root: Path) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kafka_acls", root / "scripts" / "lib" / "kafka_acls.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def kafka_users(root: Path = ROOT) -> list[str]:
+    """The SCRAM users besides admin: scripts/lib/kafka_acls.py's `users`."""
+    module = _kafka_acls_module(root)
+    return [s["name"] for s in module.backends(str(root / "services.toml"))]
+
+
+def kafka_acls_text(root: Path = ROOT) -> str:
+    """deploy/kafka/acls.txt as it must be: the header and `kafka_acls.py acls services.toml @PREFIX@`."""
+    module = _kafka_acls_module(root)
+    return KAFKA_ACLS_HEADER + "\n".join(module.acls(module.backends(str(root / "services.toml")), ACL_PREFIX)) + "\n"
+
+
+def _env_ref(item: dict[str, Any]) -> tuple[str | None, str | None]:
+    ref = (item.get("valueFrom") or {}).get("secretKeyRef") or {}
+    return ref.get("name"), ref.get("key")
+
+
+def check_kafka_security(
+    report: Report, compose: dict[str, Any], k8s: dict[str, list[dict[str, Any]]], root: Path
+) -> None:
+    """compose and the dev overlay run Kafka like scripts/kafka's secure mode: the start
+    script deploy/kafka/start.sh, a SCRAM user per backend with the password the backend
+    uses, SASL_SSL clients, the ACLs of scripts/lib/kafka_acls.py applied by the init step."""
+    users = kafka_users(root)
+    want_acls = kafka_acls_text(root)
+    start = (root / KAFKA_DIR / "start.sh").read_text()
+    for rel in (KAFKA_DIR / "acls.txt", KAFKA_COPIES_DIR / "acls.txt"):
+        path = root / rel
+        report.check(
+            path.is_file() and path.read_text() == want_acls,
+            f"{rel} differs from scripts/lib/kafka_acls.py's ACLs of services.toml: "
+            "run python3 deploy/consistency.py --write-kafka-acls",
+        )
+    copy = root / KAFKA_COPIES_DIR / "start.sh"
+    report.check(
+        copy.is_file() and copy.read_text() == start,
+        f"{KAFKA_COPIES_DIR / 'start.sh'} differs from {KAFKA_DIR / 'start.sh'}: copy it again",
+    )
+    for setting in ("listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SSL",
+                    "listener.name.controller.ssl.client.auth=required", "ssl.keystore.type=PEM",
+                    "ssl.truststore.type=PEM", "allow.everyone.if.no.acl.found=false",
+                    "super.users=User:admin;User:CN=kafka",
+                    "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                    "--add-scram", "--ignore-formatted"):
+        report.check(setting in start, f"{KAFKA_DIR / 'start.sh'}: no {setting}")
+
+    # compose
+    services = compose.get("services") or {}
+    kafka, init = services.get("kafka") or {}, services.get("kafka-init") or {}
+    env = _compose_env(kafka)
+    entrypoint = kafka.get("entrypoint") or []
+    entrypoint = entrypoint.split() if isinstance(entrypoint, str) else list(entrypoint)
+    mounts = dict(_compose_mount(v) for v in kafka.get("volumes") or [])
+    report.check(
+        entrypoint[-1:] == ["/etc/sagaworks/kafka/start.sh"]
+        and Path(mounts.get("/etc/sagaworks/kafka/start.sh", "")).as_posix().endswith(f"{KAFKA_DIR.as_posix()}/start.sh"),
+        f"compose/kafka: must run {KAFKA_DIR / 'start.sh'}, mounted at /etc/sagaworks/kafka/start.sh",
+    )
+    report.check(
+        sorted(env.get("SCRAM_USERS", "").split()) == sorted(users),
+        f"compose/kafka: SCRAM_USERS must be the backends of services.toml {users}, got {env.get('SCRAM_USERS')!r}",
+    )
+    for name in ("ADMIN_KAFKA_PASSWORD", "TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CA_FILE"):
+        report.check(bool(env.get(name)), f"compose/kafka: {name} is not set")
+    test = " ".join(map(str, (kafka.get("healthcheck") or {}).get("test") or []))
+    report.check("--command-config" in test, "compose/kafka: the healthcheck must authenticate (--command-config)")
+    for user in users:
+        spec = services.get(user) or {}
+        senv = _compose_env(spec)
+        where = f"compose/{user}"
+        report.check(senv.get("APP_KAFKA__SECURITY_PROTOCOL") == "sasl_ssl", f"{where}: APP_KAFKA__SECURITY_PROTOCOL must be sasl_ssl")
+        report.check(senv.get("APP_KAFKA__SASL_USERNAME") == user, f"{where}: APP_KAFKA__SASL_USERNAME must be {user}")
+        password = env.get(f"{user.upper()}_KAFKA_PASSWORD")
+        report.check(
+            bool(password) and senv.get("APP_KAFKA__SASL_PASSWORD") == password,
+            f"{where}: APP_KAFKA__SASL_PASSWORD must be the broker's {user.upper()}_KAFKA_PASSWORD",
+        )
+        report.check(bool(senv.get("APP_KAFKA__SSL_CA_FILE")), f"{where}: APP_KAFKA__SSL_CA_FILE is not set")
+    ienv = _compose_env(init)
+    imounts = dict(_compose_mount(v) for v in init.get("volumes") or [])
+    report.check(
+        Path(imounts.get(ienv.get("ACL_FILE", ""), "")).as_posix().endswith(f"{KAFKA_DIR.as_posix()}/acls.txt"),
+        f"compose/kafka-init: ACL_FILE must be {KAFKA_DIR / 'acls.txt'}, mounted",
+    )
+    report.check(
+        ienv.get("ADMIN_KAFKA_PASSWORD") == env.get("ADMIN_KAFKA_PASSWORD"),
+        "compose/kafka-init: ADMIN_KAFKA_PASSWORD must be the broker's",
+    )
+    script = " ".join(map(str, init.get("command") or []))
+    for needle in ("kafka-acls.sh", "--command-config", "SASL_SSL"):
+        report.check(needle in script, f"compose/kafka-init: the script has no {needle}")
+
+    # the dev overlay
+    docs = k8s.get("dev")
+    if not docs:
+        return
+    configmaps = _by_kind(docs, "ConfigMap")
+    for base, key, want in (("kafka-start", "start.sh", start), ("kafka-acls", "acls.txt", want_acls)):
+        configmap = _configmap(docs, base)
+        report.check(
+            configmap is not None and (configmap.get("data") or {}).get(key) == want,
+            f"dev: ConfigMap {base} key {key} differs from {KAFKA_DIR / key}",
+        )
+    statefulset = _by_kind(docs, "StatefulSet").get("kafka")
+    if not report.check(statefulset is not None, "dev: no StatefulSet kafka"):
+        return
+    pod = statefulset["spec"]["template"]["spec"]
+    container = next((c for c in pod.get("containers") or [] if c.get("name") == "kafka"), {})
+    items = {e["name"]: e for e in container.get("env") or []}
+    report.check(
+        (container.get("command") or [])[-1:] == ["/etc/sagaworks/kafka/start.sh"]
+        and any(m.get("mountPath") == "/etc/sagaworks/kafka" for m in container.get("volumeMounts") or []),
+        "dev/StatefulSet/kafka: must run the ConfigMap kafka-start's start.sh (/etc/sagaworks/kafka/start.sh)",
+    )
+    report.check(
+        sorted(str((items.get("SCRAM_USERS") or {}).get("value", "")).split()) == sorted(users),
+        f"dev/StatefulSet/kafka: SCRAM_USERS must be the backends of services.toml {users}",
+    )
+    report.check(_env_ref(items.get("ADMIN_KAFKA_PASSWORD") or {})[0] is not None,
+                 "dev/StatefulSet/kafka: ADMIN_KAFKA_PASSWORD must come from a Secret")
+    deployments = _by_kind(docs, "Deployment")
+    for user in users:
+        where = f"dev/{user}"
+        deployment = deployments.get(user)
+        if deployment is None:
+            continue  # reported by check_k8s
+        main = deployment["spec"]["template"]["spec"]["containers"][0]
+        senv, _ = _container_env(main, configmaps)
+        report.check(senv.get("APP_KAFKA__SECURITY_PROTOCOL") == "sasl_ssl", f"{where}: APP_KAFKA__SECURITY_PROTOCOL must be sasl_ssl")
+        report.check(senv.get("APP_KAFKA__SASL_USERNAME") == user, f"{where}: APP_KAFKA__SASL_USERNAME must be {user}")
+        report.check(bool(senv.get("APP_KAFKA__SSL_CA_FILE")), f"{where}: APP_KAFKA__SSL_CA_FILE is not set")
+        theirs = _env_ref(next((e for e in main.get("env") or [] if e["name"] == "APP_KAFKA__SASL_PASSWORD"), {}))
+        broker = _env_ref(items.get(f"{user.upper()}_KAFKA_PASSWORD") or {})
+        report.check(
+            theirs[0] is not None and theirs == broker,
+            f"{where}: APP_KAFKA__SASL_PASSWORD must come from the Secret the broker's "
+            f"{user.upper()}_KAFKA_PASSWORD comes from ({broker}), got {theirs}",
+        )
+    certificate = next((d for d in docs if d.get("kind") == "Certificate" and d["metadata"]["name"] == "kafka"), None)
+    if report.check(certificate is not None, "dev: no Certificate kafka"):
+        spec, namespace = certificate["spec"], certificate["metadata"].get("namespace", "default")
+        names = set(spec.get("dnsNames") or [])
+        want_names = {"kafka", f"kafka.{namespace}.svc", f"kafka-0.kafka-headless.{namespace}.svc", "localhost"}
+        report.check(want_names <= names, f"dev/Certificate/kafka: dnsNames must include {sorted(want_names)}, got {sorted(names)}")
+        report.check(spec.get("commonName") == "kafka", "dev/Certificate/kafka: commonName must be kafka (User:CN=kafka)")
+        report.check((spec.get("privateKey") or {}).get("encoding") == "PKCS8",
+                     "dev/Certificate/kafka: the key must be PKCS8 (Kafka's PEM keystore)")
+        report.check(
+            any((v.get("secret") or {}).get("secretName") == spec.get("secretName") for v in pod.get("volumes") or []),
+            f"dev/StatefulSet/kafka: must mount the Secret {spec.get('secretName')} of Certificate kafka",
+        )
+
+
+def write_kafka_acls(root: Path = ROOT) -> None:
+    text = kafka_acls_text(root)
+    for rel in (KAFKA_DIR / "acls.txt", KAFKA_COPIES_DIR / "acls.txt"):
+        (root / rel).write_text(text)
+        print(f"wrote {rel}")
+
+
 def tested_releases(root: Path) -> dict[str, str]:
     """{"jaeger": "2.12.0", "otel-collector": "0.165"}: Jaeger's exact version, the
     collector's release (major.minor: the contrib image may carry a patch of its own)."""
@@ -1283,6 +1482,7 @@ def check_all(
     check_copies(report, root)
     check_telemetry_releases(report, compose, k8s, root)
     check_kafka_release(report, compose, k8s, root)
+    check_kafka_security(report, compose, k8s, root)
     check_repositories_agree(report, found)
     return report
 
@@ -1293,6 +1493,9 @@ def run(keys_path: Path, compose_path: Path, k8s: dict[str, Path]) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (argv if argv is not None else sys.argv[1:]) == ["--write-kafka-acls"]:
+        write_kafka_acls()
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=Path, required=True, help="deploy/config-keys.txt")
     parser.add_argument("--compose", type=Path, required=True, help="output of `docker-compose config`")

@@ -10,7 +10,8 @@
   database each and no cross access; the same for the dev overlay's per-service
   init-service-role.sql, fed the URLs of the overlay's own database Secrets;
 * the kafka-init script in docker-compose.yml is valid bash, and the dev overlay's
-  kafka-topics Job creates the same topics;
+  kafka-topics Job creates the same topics and applies the same ACL file, as admin over
+  SASL_SSL; the Kafka security checks of consistency.py catch their drift;
 * the prod overlay's managed-services example component still renders and passes the checks;
 * the Docker build context that .dockerignore leaves is a complete cargo workspace, with
   everything the build reads (proto/, migrations/, deploy/http-probe) and nothing else.
@@ -408,6 +409,50 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "dev/StatefulSet/kafka: image must be apache/kafka:4.4.0")
         self.assertFalse([f for f in failures if f.startswith("compose/kafka:")], failures)
 
+    def test_unsecured_kafka_or_drifted_acls_fail(self) -> None:
+        compose = copy.deepcopy(self.compose)
+        services = compose["services"]
+        services["order"]["environment"]["APP_KAFKA__SECURITY_PROTOCOL"] = "plaintext"
+        services["payment"]["environment"]["APP_KAFKA__SASL_PASSWORD"] = "not-the-brokers"
+        services["kafka"]["environment"]["SCRAM_USERS"] = "order payment"
+        services["kafka"]["healthcheck"]["test"] = ["CMD-SHELL", "kafka-broker-api-versions.sh --bootstrap-server localhost:9092"]
+        k8s = copy.deepcopy(self.k8s)
+        inventory = self.pod(k8s["dev"], "Deployment", "inventory")["containers"][0]
+        inventory["env"] = [e for e in inventory["env"] if e["name"] != "APP_KAFKA__SASL_PASSWORD"]
+        certificate = self.doc(k8s["dev"], "Certificate", "kafka")
+        certificate["spec"]["dnsNames"] = ["kafka"]
+        del certificate["spec"]["privateKey"]["encoding"]
+        acls = next(d for d in k8s["dev"] if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("kafka-acls-"))
+        acls["data"]["acls.txt"] += "User:inventory|topic|prefixed|All|@PREFIX@\n"
+        failures = self.failures(compose=compose, k8s=k8s)
+        self.assert_fails(failures, "compose/order: APP_KAFKA__SECURITY_PROTOCOL must be sasl_ssl")
+        self.assert_fails(failures, "compose/payment: APP_KAFKA__SASL_PASSWORD must be the broker's PAYMENT_KAFKA_PASSWORD")
+        self.assert_fails(failures, "compose/kafka: SCRAM_USERS must be the backends of services.toml")
+        self.assert_fails(failures, "compose/kafka: the healthcheck must authenticate (--command-config)")
+        self.assert_fails(failures, "dev/inventory: APP_KAFKA__SASL_PASSWORD must come from the Secret")
+        self.assert_fails(failures, "dev/Certificate/kafka: dnsNames must include")
+        self.assert_fails(failures, "dev/Certificate/kafka: the key must be PKCS8")
+        self.assert_fails(failures, "dev: ConfigMap kafka-acls key acls.txt differs from deploy/kafka/acls.txt")
+
+    def test_kafka_files_drifting_from_their_sources_fail(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="sw-kafka-") as tmp:
+            root = Path(tmp)
+            for rel in ("deploy/kafka", "k8s/overlays/dev/infra/kafka", "scripts/lib"):
+                shutil.copytree(ROOT / rel, root / rel)
+            shutil.copy2(ROOT / "services.toml", root / "services.toml")
+            report = consistency.Report()
+            consistency.check_kafka_security(report, self.compose, {}, root)
+            self.assertEqual(report.failures, [], "the real files agree")
+            # A new consumer in services.toml: its ACLs are missing from the committed file.
+            toml = root / "services.toml"
+            toml.write_text(toml.read_text().replace('consumes = []', 'consumes = ["order"]', 1))
+            start = root / "k8s/overlays/dev/infra/kafka/start.sh"
+            start.write_text(start.read_text().replace("allow.everyone.if.no.acl.found=false", "allow.everyone.if.no.acl.found=true"))
+            report = consistency.Report()
+            consistency.check_kafka_security(report, self.compose, {}, root)
+            self.assert_fails(report.failures, "deploy/kafka/acls.txt differs from scripts/lib/kafka_acls.py's ACLs")
+            self.assert_fails(report.failures, "k8s/overlays/dev/infra/kafka/start.sh differs from deploy/kafka/start.sh")
+
     def test_prometheus_variant_drift_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
         configmap = next(d for d in k8s["dev"] if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("prometheus-config-"))
@@ -776,6 +821,10 @@ class KafkaInitTest(unittest.TestCase):
             self.assertRegex(script, rf"\b{aggregate}\b")
         self.assertIn(".dlq", script)
 
+    def test_start_script_is_valid_bash(self) -> None:
+        for rel in ("deploy/kafka/start.sh", "k8s/overlays/dev/infra/kafka/start.sh"):
+            subprocess.run(["bash", "-n", str(ROOT / rel)], check=True)
+
     def test_k8s_topics_job_creates_the_same_topics(self) -> None:
         compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["kafka-init"]["command"][0]
         job = next(d for d in render_overlay("dev") if d["kind"] == "Job" and d["metadata"]["name"] == "kafka-topics")
@@ -786,11 +835,17 @@ class KafkaInitTest(unittest.TestCase):
         self.assertNotIn("$(", script, "Kubernetes would expand $(VAR) in args")
 
         def shape(text: str) -> tuple:
+            text = text.replace("$$", "$")
             return (re.findall(r"for aggregate in ([a-z ]+);", text),
                     re.findall(r"--partitions (\d+) --replication-factor (\d+)", text),
-                    ".dlq" in text, "--if-not-exists" in text)
+                    ".dlq" in text, "--if-not-exists" in text,
+                    # As admin over SASL_SSL, every tool call; then the ACL file's lines.
+                    text.count("--command-config"), "security.protocol=SASL_SSL" in text,
+                    re.findall(r"/kafka-acls\.sh [^\n]*", text), re.findall(r"\$\{names//@PREFIX@/[^}]*\}", text))
 
         self.assertEqual(shape(script), shape(compose))
+        self.assertEqual(shape(script)[6], ['/kafka-acls.sh "${admin[@]}" "${args[@]}" >/dev/null'])
+        self.assertEqual(shape(script)[4], 1, "one admin=(... --command-config ...) array")
         self.assertEqual(container["image"], yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["kafka"]["image"])
 
 
