@@ -120,8 +120,12 @@ async fn a_saga_stuck_on_a_participant_outage_is_found_and_retried_now_to_confir
     assert_eq!(order_db_state(&stack, &saga_id).await, before);
 
     // Inventory comes back; the operator does not wait out the hour.
-    stack.inventory =
-        system_tests::start_inventory(&stack.inventory_db, &stack.kafka_for("inventory"), stack.inventory.grpc_port).await;
+    stack.inventory = system_tests::start_inventory(
+        &stack.inventory_db,
+        &stack.kafka_for("inventory"),
+        stack.inventory.grpc_port,
+    )
+    .await;
     let (status, acted) =
         post(&stack, &path, Some("retry-1"), json!({ "reason": "inventory is back" })).await;
     assert_eq!(status, StatusCode::OK, "{acted}");

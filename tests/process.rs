@@ -15,6 +15,7 @@ use system_tests::processes::binary;
 async fn payment_reads_file_and_env_logs_json_and_drains_on_sigterm() {
     let db = TestDatabase::create("proc").await;
     let broker = Broker::start().await;
+    let kafka = broker.kafka_settings_as("payment");
     let (grpc, http) = (free_port(), free_port());
     let dir = std::env::temp_dir().join(format!("sw-proc-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -32,7 +33,11 @@ async fn payment_reads_file_and_env_logs_json_and_drains_on_sigterm() {
         .env("APP_CONFIG_FILE", &file)
         .env("APP_HTTP__PORT", http.to_string())
         .env("APP_DATABASE__URL", &db.url)
-        .env("APP_KAFKA__BROKERS", broker.address())
+        .env("APP_KAFKA__BROKERS", &kafka.brokers)
+        .env("APP_KAFKA__SECURITY_PROTOCOL", "sasl_ssl")
+        .env("APP_KAFKA__SASL_USERNAME", &kafka.sasl_username)
+        .env("APP_KAFKA__SASL_PASSWORD", &kafka.sasl_password)
+        .env("APP_KAFKA__SSL_CA_FILE", &kafka.ssl_ca_file)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

@@ -177,7 +177,8 @@ async fn a_dead_payment_service_opens_the_breaker_orders_fail_fast_and_it_closes
     assert_eq!((available, reserved + sold), (19, 1), "every cancelled order's stock is back");
 
     // Payment is back on its port; after the open wait two probes close the breaker.
-    stack.payment = start_payment_on(&stack.payment_db, &stack.kafka_for("payment"), stack.payment.grpc_port).await;
+    stack.payment =
+        start_payment_on(&stack.payment_db, &stack.kafka_for("payment"), stack.payment.grpc_port).await;
     open_wait_over.await;
     assert_eq!(order(&stack, &customer, &product).await["status"], "CONFIRMED", "first probe");
     assert_eq!(sample(&metrics(order_http).await, PAYMENT_BREAKER), Some(2.0), "half-open");

@@ -1188,6 +1188,9 @@ async fn kafka_refuses_a_service_that_writes_another_services_topic() {
             || format!("{refused:?}").contains("MessageTimedOut"),
         "{refused:?}"
     );
-    let plaintext = sagaworks_config::KafkaSettings { security_protocol: sagaworks_config::KafkaSecurity::Plaintext, ..payment };
+    let plaintext = sagaworks_config::KafkaSettings {
+        security_protocol: sagaworks_config::KafkaSecurity::Plaintext,
+        ..payment
+    };
     send(plaintext, topic("payment")).await.expect_err("a plaintext client is refused");
 }

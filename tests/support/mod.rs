@@ -213,8 +213,12 @@ impl Stack {
         let kafka = broker.kafka_settings();
         let inventory = start_inventory(&inventory_db, &broker.login(&kafka, "inventory"), 0).await;
         let payment = start_payment(&payment_db, &broker.login(&kafka, "payment"), 0).await;
-        let mut settings =
-            order_settings(&order_db, &broker.login(&kafka, "order"), &inventory.grpc_url(), &payment.grpc_url());
+        let mut settings = order_settings(
+            &order_db,
+            &broker.login(&kafka, "order"),
+            &inventory.grpc_url(),
+            &payment.grpc_url(),
+        );
         tweak(&mut settings);
         let order = start_order(settings).await;
         let gateway = start_gateway(&order.grpc_url(), &inventory.grpc_url(), &payment.grpc_url()).await;
@@ -243,8 +247,12 @@ impl Stack {
     /// database and port.
     pub async fn restart_order(&mut self, tweak: impl FnOnce(&mut order::config::Settings)) {
         self.order.kill();
-        let mut settings =
-            order_settings(&self.order_db, &self.kafka_for("order"), &self.inventory.grpc_url(), &self.payment.grpc_url());
+        let mut settings = order_settings(
+            &self.order_db,
+            &self.kafka_for("order"),
+            &self.inventory.grpc_url(),
+            &self.payment.grpc_url(),
+        );
         settings.grpc.port = self.order.grpc_port;
         tweak(&mut settings);
         self.order = Running::start_on_same_port::<Order>("order", settings).await;

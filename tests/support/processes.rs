@@ -230,16 +230,26 @@ impl ProcessStack {
             env,
         );
         let (grpc, http) = ports();
-        let payment =
-            ServiceProcess::spawn("payment", http, grpc, &backend("payment", &payment_db, grpc, http, ""), env);
+        let payment = ServiceProcess::spawn(
+            "payment",
+            http,
+            grpc,
+            &backend("payment", &payment_db, grpc, http, ""),
+            env,
+        );
         let (grpc, http) = ports();
         let clients = format!(
             "[inventory]\nurl = \"{}\"\n[payment]\nurl = \"{}\"\n",
             inventory.grpc_url(),
             payment.grpc_url()
         );
-        let order =
-            ServiceProcess::spawn("order", http, grpc, &backend("order", &order_db, grpc, http, &clients), env);
+        let order = ServiceProcess::spawn(
+            "order",
+            http,
+            grpc,
+            &backend("order", &order_db, grpc, http, &clients),
+            env,
+        );
         let http = free_port();
         let gateway_config = format!(
             "[http]\nhost = \"127.0.0.1\"\nport = {http}\n[order]\nurl = \"{}\"\n[order.routes]\nCreateOrder = 15000\n\

@@ -218,13 +218,12 @@ async fn lag_phase(pool: &PgPool, kafka: &KafkaSettings, rate: u64, secs: u64) -
     while backlog(pool).await {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let reader: StreamConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &kafka.brokers)
-        .set("group.id", "bench-lag")
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "10")
-        .create()
-        .expect("lag reader");
+    let reader: StreamConsumer = sagaworks_outbox::kafka::client_config(
+        kafka,
+        &[("group.id", "bench-lag"), ("enable.auto.commit", "false"), ("fetch.wait.max.ms", "10")],
+    )
+    .create()
+    .expect("lag reader");
     let metadata = reader.fetch_metadata(Some(&topic), Duration::from_secs(5)).expect("metadata");
     let mut tpl = TopicPartitionList::new();
     for p in metadata.topics()[0].partitions() {

@@ -8,10 +8,10 @@
 mod common;
 
 use common::*;
-use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::message::Message;
-use sagaworks_outbox::kafka::{TopicSettings, topic_name};
+use sagaworks_config::KafkaSettings;
+use sagaworks_outbox::kafka::{TopicSettings, client_config, topic_name};
 use sagaworks_outbox::{Relay, RelaySettings};
 use sagaworks_test_support::{Broker, eventually};
 use std::collections::{BTreeMap, HashMap};
@@ -25,13 +25,9 @@ const WAIT: Duration = Duration::from_secs(90);
 
 /// Partition -> the node id (1-based, as `scripts/kafka` numbers them) leading it,
 /// asked of `brokers`.
-async fn leaders(brokers: String, topic: String) -> BTreeMap<i32, i32> {
+async fn leaders(kafka: KafkaSettings, topic: String) -> BTreeMap<i32, i32> {
     tokio::task::spawn_blocking(move || {
-        let client: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("group.id", "leaders")
-            .create()
-            .unwrap();
+        let client: BaseConsumer = client_config(&kafka, &[("group.id", "leaders")]).create().unwrap();
         let Ok(metadata) = client.fetch_metadata(Some(&topic), Duration::from_secs(5)) else {
             return BTreeMap::new();
         };
@@ -62,7 +58,7 @@ async fn a_leader_cut_off_mid_stream_loses_no_event_reorders_none_and_the_produc
         credit(&env.pool, &format!("acc-{}", n % AGGREGATES), n, true).await;
     }
     read_topic(&env.kafka, &topic, WAIT, |m| m.len() as i64 >= EVENTS / 2).await;
-    let before = leaders(env.broker.address(), topic.clone()).await;
+    let before = leaders(env.kafka.clone(), topic.clone()).await;
     let mut led: HashMap<i32, usize> = HashMap::new();
     for node in before.values() {
         *led.entry(*node).or_default() += 1;
@@ -78,7 +74,8 @@ async fn a_leader_cut_off_mid_stream_loses_no_event_reorders_none_and_the_produc
     // The controller fences it and gives its partitions other leaders.
     let others: Vec<String> =
         (1..=env.broker.nodes()).filter(|k| *k != victim).map(|k| env.broker.node_address(k)).collect();
-    let (others, t, partitions) = (others.join(","), topic.clone(), before.len());
+    let others = KafkaSettings { brokers: others.join(","), ..env.kafka.clone() };
+    let (t, partitions) = (topic.clone(), before.len());
     let after = eventually("every partition led by another broker", WAIT, || {
         let (others, t) = (others.clone(), t.clone());
         async move {

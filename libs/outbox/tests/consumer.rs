@@ -4,7 +4,6 @@
 mod common;
 
 use common::*;
-use rdkafka::ClientConfig;
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sagaworks_outbox::kafka::{dlq_topic, topic_name};
@@ -95,8 +94,7 @@ async fn poison_messages_are_dead_lettered_and_the_consumer_keeps_going() {
 
     // Raw, non-CloudEvents messages on every partition (the consumer created the topic).
     let topic = topic_name(&env.kafka, "account");
-    let producer: FutureProducer =
-        ClientConfig::new().set("bootstrap.servers", &env.kafka.brokers).create().unwrap();
+    let producer: FutureProducer = sagaworks_outbox::kafka::client_config(&env.kafka, &[]).create().unwrap();
     for p in 0..3 {
         producer
             .send(

@@ -39,11 +39,8 @@ const SIGABRT: i32 = 6;
 fn crash_child() {
     let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by the parent test"));
     let role = var("SW_CRASH_CHILD");
-    let kafka = KafkaSettings {
-        brokers: var("SW_CRASH_BROKERS"),
-        topic_prefix: var("SW_CRASH_TOPIC_PREFIX"),
-        ..Default::default()
-    };
+    // The parent's settings, login included.
+    let kafka: KafkaSettings = serde_json::from_str(&var("SW_CRASH_KAFKA")).expect("SW_CRASH_KAFKA is JSON");
     let url = var("SW_CRASH_DB_URL");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async move {
@@ -79,8 +76,7 @@ async fn run_child_until_it_aborts(env: &Env, role: &str, group: &str) {
         .args(["crash_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env("SW_CRASH_CHILD", role)
         .env("SW_CRASH_DB_URL", &env.db.url)
-        .env("SW_CRASH_BROKERS", &env.kafka.brokers)
-        .env("SW_CRASH_TOPIC_PREFIX", &env.kafka.topic_prefix)
+        .env("SW_CRASH_KAFKA", serde_json::to_string(&env.kafka).unwrap())
         .env("SW_CRASH_GROUP", group)
         .kill_on_drop(true)
         .status()

@@ -33,7 +33,7 @@ async fn a_stopping_relay_releases_its_claims_to_another_relay_at_once() {
     const EVENTS: i64 = 5;
     let env = env("handover_relay").await;
     let mut gone = Broker::private().await;
-    let first_kafka = KafkaSettings { brokers: gone.address(), ..env.kafka.clone() };
+    let first_kafka = KafkaSettings { topic_prefix: env.kafka.topic_prefix.clone(), ..gone.kafka_settings() };
     let first_settings = RelaySettings { message_timeout_ms: 600_000, ..relay_settings() };
     let first = Relay::new(env.pool.clone(), &first_kafka, first_settings).unwrap();
     let first = Running::spawn(|t| first.run(t));

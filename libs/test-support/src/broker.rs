@@ -68,8 +68,7 @@ impl Broker {
         assert_eq!(value("SECURE"), "1", "{SHARED_BROKER_ENV}: the shared broker must be a --secure one");
         let nodes: u16 = value("NODES").parse().expect("NODES in cluster.env");
         let port: u16 = value("PORT").parse().expect("PORT in cluster.env");
-        let bootstrap =
-            (0..nodes).map(|k| format!("127.0.0.1:{}", port + k)).collect::<Vec<_>>().join(",");
+        let bootstrap = (0..nodes).map(|k| format!("127.0.0.1:{}", port + k)).collect::<Vec<_>>().join(",");
         let ca_file = Path::new(&value("CERTS")).join("ca.pem").display().to_string();
         Self { bootstrap, dir, ca_file, acl_prefix: None, own: None }
     }
@@ -82,17 +81,17 @@ impl Broker {
     /// A cluster of `nodes` (1 to 9) of this test's own.
     pub async fn cluster(nodes: u8) -> Self {
         assert!((1..=9).contains(&nodes), "a cluster has 1 to 9 nodes");
-        Self::own(nodes, None).await
+        Self::start_own(nodes, None).await
     }
 
     /// A single node of this test's own whose authorizer denies what the ACLs of
     /// services.toml, for topics `<prefix>.<aggregate>`, do not allow. The prefix is its
     /// own; [`Broker::kafka_settings`] uses it.
     pub async fn secured() -> Self {
-        Self::own(1, Some(format!("s{}", &uuid::Uuid::new_v4().simple().to_string()[..8]))).await
+        Self::start_own(1, Some(format!("s{}", &uuid::Uuid::new_v4().simple().to_string()[..8]))).await
     }
 
-    async fn own(nodes: u8, acl_prefix: Option<String>) -> Self {
+    async fn start_own(nodes: u8, acl_prefix: Option<String>) -> Self {
         let dir = target_dir().join("kafka-test").join(uuid::Uuid::new_v4().simple().to_string());
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
         let port = free_ports(2 * u16::from(nodes));
@@ -144,8 +143,8 @@ impl Broker {
     /// user) or `admin`.
     pub fn login(&self, settings: &KafkaSettings, user: &str) -> KafkaSettings {
         let file = self.dir.join("users").join(format!("{user}.password"));
-        let password =
-            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("no Kafka user {user} ({}: {e})", file.display()));
+        let password = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("no Kafka user {user} ({}: {e})", file.display()));
         KafkaSettings {
             sasl_username: user.into(),
             sasl_password: password.trim().into(),

@@ -6,7 +6,7 @@
 
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::message::{Headers, Message, OwnedMessage};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use sagaworks_config::KafkaSettings;
 use sagaworks_outbox::kafka;
 use sagaworks_outbox::{
@@ -106,10 +106,10 @@ pub async fn read_topic(
     timeout: Duration,
     done: impl Fn(&[OwnedMessage]) -> bool + Send + 'static,
 ) -> Vec<OwnedMessage> {
-    let brokers = kafka.brokers.clone();
+    let kafka = kafka.clone();
     let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
-        let consumer = outside_client(&brokers, "test-reader");
+        let consumer = outside_client(&kafka, "test-reader");
         let start = Instant::now();
         let partitions = partition_count(&consumer, &topic, timeout);
         let mut tpl = TopicPartitionList::new();
@@ -130,13 +130,8 @@ pub async fn read_topic(
 }
 
 /// A client that never joins `group` (it neither subscribes nor commits).
-fn outside_client(brokers: &str, group: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap()
+fn outside_client(kafka: &KafkaSettings, group: &str) -> BaseConsumer {
+    kafka::client_config(kafka, &[("group.id", group), ("enable.auto.commit", "false")]).create().unwrap()
 }
 
 /// How many partitions `topic` has, waiting up to `timeout` for it to appear.
@@ -157,9 +152,9 @@ fn partition_count(client: &BaseConsumer, topic: &str, timeout: Duration) -> i32
 /// `group`'s committed offset per partition of `topic` (which must exist;
 /// `None`: nothing committed), read from the broker by a client outside the group.
 pub async fn committed(kafka: &KafkaSettings, group: &str, topic: &str) -> BTreeMap<i32, Option<i64>> {
-    let (brokers, group, topic) = (kafka.brokers.clone(), kafka::group_name(kafka, group), topic.to_string());
+    let (settings, group, topic) = (kafka.clone(), kafka::group_name(kafka, group), topic.to_string());
     tokio::task::spawn_blocking(move || {
-        let client = outside_client(&brokers, &group);
+        let client = outside_client(&settings, &group);
         let timeout = Duration::from_secs(5);
         let partitions = partition_count(&client, &topic, timeout);
         let mut tpl = TopicPartitionList::new();
@@ -301,9 +296,9 @@ pub async fn count(pool: &PgPool, sql: &'static str) -> i64 {
 
 /// Per partition of `topic` (which must exist), the offset after its last message.
 pub async fn high_watermarks(kafka: &KafkaSettings, topic: &str) -> BTreeMap<i32, i64> {
-    let (brokers, topic) = (kafka.brokers.clone(), topic.to_string());
+    let (settings, topic) = (kafka.clone(), topic.to_string());
     tokio::task::spawn_blocking(move || {
-        let client = outside_client(&brokers, "test-watermarks");
+        let client = outside_client(&settings, "test-watermarks");
         let timeout = Duration::from_secs(5);
         (0..partition_count(&client, &topic, timeout))
             .map(|p| (p, client.fetch_watermarks(&topic, p, timeout).unwrap().1))
