@@ -189,7 +189,7 @@ impl<S: Saga> Engine<S> {
 
     async fn apply(&self, id: Uuid, action: OperatorAction, op: &Operator) -> Result<Acted, ActionError> {
         let mut state = self.load(id).await?;
-        let def = self.definition();
+        let def = self.def(&state);
         let step = def.name_at(state.at());
         let audit = Audit { action: action.kind(), operator: op };
         match action {
@@ -250,7 +250,7 @@ impl<S: Saga> Engine<S> {
                  WHERE id = {pid} AND lease_owner = {owner} RETURNING id"
             ),
         );
-        let step = self.definition().name_at(state.at());
+        let step = self.def(state).name_at(state.at());
         self.audit(&mut w, id, step, state, audit).map_err(ActionError::Host)?;
         let (sql, args) = w.finish(&format!("SELECT now() FROM {GUARD}"))?;
         let done: Option<DateTime<Utc>> =

@@ -131,6 +131,8 @@ pub enum DefinitionError {
     NoAttempts { saga: &'static str, step: &'static str },
     #[error("saga {saga:?}: step {step:?} has a zero deadline (it could never run)")]
     ZeroDeadline { saga: &'static str, step: &'static str },
+    #[error("saga {saga:?}: version {version} is not between 1 and {}", i32::MAX)]
+    InvalidVersion { saga: &'static str, version: u32 },
 }
 
 pub(crate) trait ForwardDyn<S: Saga>: Send + Sync {
@@ -143,6 +145,8 @@ pub(crate) trait ForwardDyn<S: Saga>: Send + Sync {
     ) -> Result<(), StepError>;
     /// Fails unless `output` decodes as the step's output.
     fn check(&self, output: &serde_json::Value) -> Result<(), StepError>;
+    /// The output type's JSON Schema (for the fingerprint).
+    fn output_schema(&self) -> serde_json::Value;
 }
 
 struct Forward<A>(A);
@@ -171,6 +175,10 @@ impl<S: Saga, A: Action<S>> ForwardDyn<S> for Forward<A> {
         serde_json::from_value::<A::Output>(output.clone())
             .map(|_| ())
             .map_err(|e| StepError::Rejected(format!("not an output of {}: {e}", A::NAME)))
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        schemars::schema_for!(A::Output).to_value()
     }
 }
 
@@ -216,16 +224,47 @@ pub(crate) enum Position {
     Compensation(usize),
 }
 
-/// A saga: its steps in order, the pivot, the compensations. Built with
-/// [`Definition::builder`].
+/// A saga: its version, its steps in order, the pivot, the compensations. Built
+/// with [`Definition::builder`].
 pub struct Definition<S: Saga> {
     pub(crate) saga: S,
+    pub(crate) version: u32,
     pub(crate) steps: Vec<StepDef<S>>,
 }
 
 impl<S: Saga> Definition<S> {
+    /// A builder of version 1 ([`Builder::version`] sets another).
     pub fn builder(saga: S) -> Builder<S, BeforePivot> {
-        Builder { saga, steps: Vec::new(), phase: PhantomData }
+        Builder { saga, version: 1, steps: Vec::new(), phase: PhantomData }
+    }
+
+    /// The version an instance started on it records (docs/design.md, "Changing a saga").
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// A digest of what an instance's stored state is read through: each step's name,
+    /// kind, locality, compensation and output type's JSON Schema, in order (not the
+    /// retry policy or deadlines, which only change how it runs). Hex, 16 characters.
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let steps: Vec<serde_json::Value> = self
+            .steps
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "name": s.name,
+                    "kind": s.kind,
+                    "local": s.local,
+                    "compensation": s.compensation.as_ref().map(|(n, _)| *n),
+                    "output": s.forward.output_schema(),
+                })
+            })
+            .collect();
+        // serde_json's maps are ordered by key: the same definition, the same bytes.
+        let canonical = serde_json::json!({ "saga": S::NAME, "steps": steps }).to_string();
+        let digest = Sha256::digest(canonical.as_bytes());
+        digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
     }
 
     /// The step names, kinds and compensations: for display, the fault
@@ -233,6 +272,7 @@ impl<S: Saga> Definition<S> {
     pub fn shape(&self) -> Shape {
         Shape {
             saga: S::NAME,
+            version: self.version,
             steps: self
                 .steps
                 .iter()
@@ -305,6 +345,7 @@ pub struct AfterPivot;
 /// Builds a [`Definition`]; what it offers depends on `Phase` (see the module docs).
 pub struct Builder<S: Saga, Phase> {
     saga: S,
+    version: u32,
     steps: Vec<StepDef<S>>,
     phase: PhantomData<Phase>,
 }
@@ -324,7 +365,14 @@ impl<S: Saga, P> Builder<S, P> {
             compensation,
             options: StepOptions::default(),
         });
-        Builder { saga: self.saga, steps: self.steps, phase: PhantomData }
+        Builder { saga: self.saga, version: self.version, steps: self.steps, phase: PhantomData }
+    }
+
+    /// The definition's version (default 1). A changed shape is a new version, declared
+    /// beside the old one as long as instances of that one are unfinished
+    /// ([`Versions`](crate::Versions)).
+    pub fn version(self, version: u32) -> Self {
+        Self { version, ..self }
     }
 
     /// The deadline and retry policy of the step added last.
@@ -376,6 +424,9 @@ impl<S: Saga> Builder<S, AfterPivot> {
         if !valid_name(saga) {
             return Err(DefinitionError::InvalidName { saga, name: saga });
         }
+        if self.version == 0 || i32::try_from(self.version).is_err() {
+            return Err(DefinitionError::InvalidVersion { saga, version: self.version });
+        }
         let mut seen = std::collections::HashSet::new();
         for step in &self.steps {
             for name in std::iter::once(step.name).chain(step.compensation.as_ref().map(|(n, _)| *n)) {
@@ -393,7 +444,7 @@ impl<S: Saga> Builder<S, AfterPivot> {
                 return Err(DefinitionError::ZeroDeadline { saga, step: step.name });
             }
         }
-        Ok(Definition { saga: self.saga, steps: self.steps })
+        Ok(Definition { saga: self.saga, version: self.version, steps: self.steps })
     }
 }
 
@@ -409,6 +460,7 @@ pub fn valid_name(name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Shape {
     pub saga: &'static str,
+    pub version: u32,
     pub steps: Vec<StepShape>,
 }
 
@@ -500,6 +552,51 @@ pub(crate) mod tests {
             .build()
             .unwrap();
         assert_eq!(third.pivot(), 2);
+    }
+
+    /// `book` again, with another output: a field an instance's stored output must have.
+    struct Booked;
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    struct Booking {
+        room: String,
+    }
+    impl Action<Trip> for Booked {
+        const NAME: &'static str = "book";
+        type Output = Booking;
+        async fn run(&self, _: &StepContext<'_, Trip>) -> Result<Booking, StepError> {
+            Ok(Booking { room: "1".into() })
+        }
+    }
+
+    #[test]
+    fn the_fingerprint_follows_the_shape_and_the_output_schemas_not_the_retry_policy() {
+        let base = || Definition::builder(Trip).compensatable(Noop::<0>, Undo::<0>).pivot(Noop::<2>);
+        let fingerprint = base().build().unwrap().fingerprint();
+        assert_eq!(fingerprint.len(), 16);
+        assert_eq!(base().build().unwrap().fingerprint(), fingerprint, "stable");
+        let retried = base().options(StepOptions::default().max_attempts(5).deadline(Duration::from_secs(1)));
+        assert_eq!(retried.build().unwrap().fingerprint(), fingerprint, "how it runs is no part of it");
+        let other_version = base().version(2).build().unwrap();
+        assert_eq!(other_version.fingerprint(), fingerprint, "the version is recorded beside it");
+        let changed = [
+            base().retriable(Noop::<3>).build().unwrap(),
+            Definition::builder(Trip).compensatable(Noop::<1>, Undo::<0>).pivot(Noop::<2>).build().unwrap(),
+            Definition::builder(Trip).compensatable(Noop::<0>, Undo::<1>).pivot(Noop::<2>).build().unwrap(),
+            Definition::builder(Trip).pivot(Noop::<0>).retriable(Noop::<2>).build().unwrap(),
+            Definition::builder(Trip).compensatable(Booked, Undo::<0>).pivot(Noop::<2>).build().unwrap(),
+        ];
+        for (i, d) in changed.iter().enumerate() {
+            assert_ne!(d.fingerprint(), fingerprint, "change {i}");
+        }
+    }
+
+    #[test]
+    fn a_version_is_between_1_and_i32_max() {
+        let built =
+            |v: u32| Definition::builder(Trip).pivot(Noop::<2>).version(v).build().map(|d| d.version());
+        assert_eq!(built(7), Ok(7));
+        assert!(matches!(built(0), Err(DefinitionError::InvalidVersion { version: 0, .. })));
+        assert!(matches!(built(u32::MAX), Err(DefinitionError::InvalidVersion { .. })));
     }
 
     #[test]

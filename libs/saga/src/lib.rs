@@ -60,7 +60,9 @@ pub use definition::{
     AfterPivot, BeforePivot, Builder, Definition, DefinitionError, Shape, StepKind, StepOptions, StepShape,
     valid_name,
 };
-pub use engine::{DriveError, Driven, Engine, Launch, NewInstance, SettingsError, Started};
+pub use engine::{
+    DriveError, Driven, Engine, Launch, NewInstance, SettingsError, Started, VersionError, Versions,
+};
 pub use operator::{ActionKind, Operator, OperatorAction, OperatorRecord};
 pub use settings::SagaSettings;
 pub use statement::{Guard, Statement, Write};

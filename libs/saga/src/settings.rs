@@ -41,6 +41,12 @@ pub struct SagaSettings {
     /// More fault injection for tests, off (empty) by default; a comma
     /// separated list (see `faults.rs`).
     pub faults: String,
+    /// Start even when the database holds unfinished instances of a version this
+    /// binary does not register (they stay undrivable, left for an operator) or of a
+    /// version whose shape changed (they are read through the new shape: a step's
+    /// stored output may no longer decode, a position may name another step). Off:
+    /// such a start is refused ([`Engine::register`](crate::Engine::register)).
+    pub force_start: bool,
 }
 
 impl Default for SagaSettings {
@@ -57,6 +63,7 @@ impl Default for SagaSettings {
             step_attempts: BTreeMap::new(),
             crash_point: String::new(),
             faults: String::new(),
+            force_start: false,
         }
     }
 }

@@ -66,8 +66,10 @@ pub trait Action<S: Saga>: Send + Sync + 'static {
     /// The step's name: stored, shown, used in idempotency keys, metrics and
     /// spans. Lower case, digits and `_`; unique within the saga.
     const NAME: &'static str;
-    /// What the step returns; later steps read it ([`StepContext::output`]).
-    type Output: Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// What the step returns; later steps read it ([`StepContext::output`]). Its JSON
+    /// Schema is part of the definition's fingerprint ([`Definition::fingerprint`](crate::Definition::fingerprint)):
+    /// an instance stores it, and a later version must still read it.
+    type Output: Serialize + DeserializeOwned + schemars::JsonSchema + Send + Sync + 'static;
     /// A local step makes no call: its effect is its [`Action::record`]
     /// writes, committed with its transition. It has no deadline, and the
     /// step before it commits its result together with it (one statement

@@ -180,6 +180,8 @@ pub struct AttemptRecord {
 pub struct InstanceRecord {
     pub id: Uuid,
     pub saga_type: String,
+    /// The version of the definition it started on (and runs on).
+    pub version: i32,
     pub key: String,
     pub status: SagaStatus,
     /// The step that runs next; `None` once the saga has finished.
@@ -198,7 +200,7 @@ pub struct InstanceRecord {
 }
 
 /// The columns of [`InstanceRecord`].
-pub(crate) const INSTANCE_COLUMNS: &str = "id, saga_type, key, status, current_step, failure_reason, traceparent, \
+pub(crate) const INSTANCE_COLUMNS: &str = "id, saga_type, version, key, status, current_step, failure_reason, traceparent, \
      created_at, updated_at, progressed_at, finished_at";
 
 /// A SQL expression for a host's own queries: the instance of saga `S` whose

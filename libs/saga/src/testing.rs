@@ -281,6 +281,7 @@ mod tests {
     fn order_shape() -> Shape {
         Shape {
             saga: "place_order",
+            version: 1,
             steps: vec![
                 step("reserve_stock", StepKind::Compensatable, Some("release_stock"), false),
                 step("charge_payment", StepKind::Pivot, Some("refund_payment"), false),

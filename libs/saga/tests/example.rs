@@ -18,7 +18,7 @@ use sagaworks_saga::admin::{self, ActionError, ListFilter, StatusFilter};
 use sagaworks_saga::testing::{self, Case};
 use sagaworks_saga::{
     Action, Compensation, Definition, DriveError, End, Engine, Launch, NewInstance, Operator, OperatorAction,
-    OperatorRecord, Saga, SagaSettings, SagaStatus, Statement, StepContext, StepError, StepOptions,
+    OperatorRecord, Saga, SagaSettings, SagaStatus, Statement, StepContext, StepError, StepOptions, Versions,
 };
 use sagaworks_test_support::TestDatabase;
 use serde::{Deserialize, Serialize};
@@ -106,7 +106,7 @@ fn db(e: sqlx::Error) -> StepError {
     StepError::Failed(e.to_string())
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 struct Reserved {
     total_cents: i64,
 }
@@ -330,6 +330,39 @@ impl Action<Purchase> for Confirm {
     }
 }
 
+/// Version 2's new step, after `ship`: tells the customer.
+struct Notify(PgPool);
+
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+struct Notified {
+    channel: String,
+}
+
+impl Action<Purchase> for Notify {
+    const NAME: &'static str = "notify";
+    type Output = Notified;
+
+    async fn run(&self, ctx: &StepContext<'_, Purchase>) -> Result<Notified, StepError> {
+        call(&self.0, Self::NAME, ctx.input().purchase_id).await?;
+        Ok(Notified { channel: "email".into() })
+    }
+}
+
+/// Version 2 of the purchase: `notify` between `ship` and `confirm`. `version`: what it
+/// claims to be (a test declares this shape as version 1 to see it refused).
+fn definition_v2(pool: &PgPool, version: u32) -> Definition<Purchase> {
+    Definition::builder(Purchase { outbox: OutboxWriter::new("shop") })
+        .version(version)
+        .compensatable(Reserve(pool.clone()), Release(pool.clone()))
+        .pivot_compensatable(Charge(pool.clone()), Refund(pool.clone()))
+        .options(StepOptions::default().max_attempts(3))
+        .retriable(Ship(pool.clone()))
+        .retriable(Notify(pool.clone()))
+        .retriable(Confirm)
+        .build()
+        .expect("a valid definition")
+}
+
 fn definition(pool: &PgPool) -> Definition<Purchase> {
     Definition::builder(Purchase { outbox: OutboxWriter::new("shop") })
         .compensatable(Reserve(pool.clone()), Release(pool.clone()))
@@ -397,12 +430,23 @@ async fn place(engine: &Engine<Purchase>, pool: &PgPool, quantity: i64, stop: &C
     purchase_id
 }
 
+/// A case of version 1's matrix, on a binary with only version 1.
 async fn run_case(case: Case) -> Result<(), String> {
+    run_case_on(case, |pool| definition(pool).into()).await
+}
+
+/// A case of version 2's matrix, on a binary that still drives version 1.
+async fn run_case_v2(case: Case) -> Result<(), String> {
+    run_case_on(case, |pool| Versions::new(definition_v2(pool, 2)).and(definition(pool))).await
+}
+
+async fn run_case_on(case: Case, versions: fn(&PgPool) -> Versions<Purchase>) -> Result<(), String> {
     let (_database, pool) = shop().await;
     let stop = CancellationToken::new();
     let mut faulty = settings();
     case.apply(&mut faulty);
-    let first = Engine::new(pool.clone(), definition(&pool), faulty).map_err(|e| e.to_string())?;
+    let first = Engine::new(pool.clone(), versions(&pool), faulty).map_err(|e| e.to_string())?;
+    first.register().await.map_err(|e| e.to_string())?;
     tokio::spawn(first.clone().run_worker(stop.clone()));
     let quantity = 2;
     let purchase = place(&first, &pool, quantity, &stop).await;
@@ -415,7 +459,7 @@ async fn run_case(case: Case) -> Result<(), String> {
         .await;
         let mut resumed = settings();
         case.apply_resumed(&mut resumed);
-        let second = Engine::new(pool.clone(), definition(&pool), resumed).map_err(|e| e.to_string())?;
+        let second = Engine::new(pool.clone(), versions(&pool), resumed).map_err(|e| e.to_string())?;
         tokio::spawn(second.run_worker(stop.clone()));
     }
     let status: String =
@@ -433,6 +477,12 @@ async fn run_case(case: Case) -> Result<(), String> {
 
     let expect = &case.expect;
     assert_eq!(SagaStatus::parse(&status), Some(expect.status), "saga status");
+    let version: i32 = sqlx::query_scalar("SELECT version FROM saga_instances WHERE key = $1")
+        .bind(purchase.to_string())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(version as u32, first.definition().version(), "it ran on the newest version");
     let (purchase_status, total): (String, i64) =
         sqlx::query_as("SELECT status, total_cents FROM purchases WHERE id = $1")
             .bind(purchase)
@@ -1032,9 +1082,164 @@ fn shape() -> sagaworks_saga::Shape {
     definition(&pool).shape()
 }
 
+/// Version 2's shape, likewise.
+fn shape_v2() -> sagaworks_saga::Shape {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let _guard = runtime.enter();
+    let pool = sqlx::PgPool::connect_lazy("postgres://unused").expect("a lazy pool");
+    definition_v2(&pool, 2).shape()
+}
+
+/// A version 1 instance stopped dead at `crash_point` (with `faults`) by a v1-only
+/// replica; returns its purchase and saga id. Its lease expires within `lease_ms`.
+async fn stranded_v1(pool: &PgPool, crash_point: &str, faults: &str) -> (Uuid, Uuid) {
+    let mut faulty = settings();
+    faulty.crash_point = crash_point.into();
+    faulty.faults = faults.into();
+    let v1 = Engine::new(pool.clone(), definition(pool), faulty).unwrap();
+    v1.register().await.expect("v1 registers");
+    let stop = CancellationToken::new();
+    let purchase = place(&v1, pool, 1, &stop).await;
+    sagaworks_test_support::eventually("the v1 replica to stop dead", Duration::from_secs(30), || async {
+        v1.has_crashed().then_some(())
+    })
+    .await;
+    let (saga, version): (Uuid, i32) =
+        sqlx::query_as("SELECT id, version FROM saga_instances WHERE key = $1")
+            .bind(purchase.to_string())
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(version, 1, "started on v1");
+    (purchase, saga)
+}
+
+async fn calls_of(pool: &PgPool, purchase: Uuid, step: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM calls WHERE purchase_id = $1 AND step = $2")
+        .bind(purchase)
+        .bind(step)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Changing the saga while instances are in flight (docs/design.md, "Changing a saga").
+fn version_trials() -> Vec<libtest_mimic::Trial> {
+    vec![
+        db_trial(
+            "versions::v1_instances_mid_flight_finish_on_v1_and_new_ones_start_on_v2",
+            |pool, stop| async move {
+                // At each of v1's steps, and in compensation (the charge rejected, stopped before
+                // the release).
+                let mut stranded = vec![];
+                for (point, faults, ends) in [
+                    ("before:reserve", "", "COMPLETED"),
+                    ("before:charge", "", "COMPLETED"),
+                    ("before:ship", "", "COMPLETED"),
+                    ("before:confirm", "", "COMPLETED"),
+                    ("before:release", "reject:charge", "COMPENSATED"),
+                ] {
+                    let (purchase, saga) = stranded_v1(&pool, point, faults).await;
+                    stranded.push((point, purchase, saga, ends));
+                }
+
+                // A binary that dropped v1 is refused, naming the version and the count.
+                let v2_only = Engine::new(pool.clone(), definition_v2(&pool, 2), settings()).unwrap();
+                let refused =
+                    v2_only.register().await.expect_err("v2 alone is refused while v1 instances run");
+                assert!(
+                    matches!(&refused, sagaworks_saga::VersionError::Unregistered { unregistered, .. }
+                    if unregistered.get(&1) == Some(&5) && unregistered.len() == 1),
+                    "{refused:?}"
+                );
+                assert!(refused.to_string().contains("v1: 5"), "{refused}");
+                // The escape hatch starts it; it then leaves the v1 instances alone.
+                let forced = Engine::new(
+                    pool.clone(),
+                    definition_v2(&pool, 2),
+                    SagaSettings { force_start: true, ..settings() },
+                )
+                .unwrap();
+                forced.register().await.expect("force_start starts");
+
+                // A binary with both finishes v1's on v1's shape and starts new ones on v2.
+                let both = Engine::new(
+                    pool.clone(),
+                    Versions::new(definition_v2(&pool, 2)).and(definition(&pool)),
+                    settings(),
+                )
+                .unwrap();
+                both.register().await.expect("v1 and v2 register");
+                assert_eq!(both.definition().version(), 2, "the newest starts new instances");
+                tokio::spawn(both.clone().run_worker(stop.clone()));
+                let new = place(&both, &pool, 1, &stop).await;
+                for (point, purchase, saga, ends) in stranded {
+                    assert_eq!(finished(&pool, saga).await, ends, "the v1 instance stopped {point}");
+                    assert_eq!(calls_of(&pool, purchase, "notify").await, 0, "v1 has no notify ({point})");
+                    let version: i32 = sqlx::query_scalar("SELECT version FROM saga_instances WHERE id = $1")
+                        .bind(saga)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                    assert_eq!(version, 1, "{point}");
+                }
+                let saga: Uuid = sqlx::query_scalar("SELECT id FROM saga_instances WHERE key = $1")
+                    .bind(new.to_string())
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+                assert_eq!(finished(&pool, saga).await, "COMPLETED");
+                assert_eq!(calls_of(&pool, new, "notify").await, 1, "v2 notifies");
+                let (version, output): (i32, serde_json::Value) = sqlx::query_as(
+                    "SELECT i.version, s.output FROM saga_instances i
+                 JOIN saga_instance_steps s ON s.saga_id = i.id AND s.name = 'notify' WHERE i.id = $1",
+                )
+                .bind(saga)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                assert_eq!((version, output), (2, serde_json::json!({ "channel": "email" })));
+                // Drained: v1 has nothing unfinished, so v2 alone starts now.
+                v2_only.register().await.expect("v2 alone once v1 is drained");
+            },
+        ),
+        db_trial(
+            "versions::a_changed_shape_under_an_unchanged_version_is_refused_while_it_has_instances",
+            |pool, _stop| async move {
+                let v1 = Engine::new(pool.clone(), definition(&pool), settings()).unwrap();
+                v1.register().await.expect("v1 registers");
+                let (_, saga) = stranded_v1(&pool, "before:ship", "").await;
+                // v2's shape declared as version 1: its instances would be read through it.
+                let relabelled = Engine::new(pool.clone(), definition_v2(&pool, 1), settings()).unwrap();
+                let refused = relabelled.register().await.expect_err("a changed shape is refused");
+                assert!(
+                    matches!(&refused, sagaworks_saga::VersionError::ShapeChanged { version: 1, unfinished: 1, stored, now, .. }
+                    if *stored == definition(&pool).fingerprint() && *now == definition_v2(&pool, 1).fingerprint()),
+                    "{refused:?}"
+                );
+                assert!(refused.to_string().contains("version 1's shape changed"), "{refused}");
+                // With the instance finished on the real v1, nothing can be misread: accepted.
+                tokio::spawn(v1.clone().run_worker(_stop.clone()));
+                assert_eq!(finished(&pool, saga).await, "COMPLETED");
+                relabelled.register().await.expect("no unfinished instance of it: recorded");
+                let stored: String = sqlx::query_scalar(
+                    "SELECT fingerprint FROM saga_versions WHERE saga_type = 'purchase' AND version = 1",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                assert_eq!(stored, definition_v2(&pool, 1).fingerprint());
+            },
+        ),
+    ]
+}
+
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = testing::trials("matrix::", &shape(), run_case);
+    // Every registered version has its matrix.
+    trials.extend(testing::trials("matrix_v2::", &shape_v2(), run_case_v2));
+    trials.extend(version_trials());
     trials.extend(other_trials());
     trials.extend(operator_trials());
     libtest_mimic::run(&args, trials).exit();

@@ -45,7 +45,9 @@ impl Orders {
 
     /// A saga record with each step's role from the definition.
     fn saga_pb(&self, saga: InstanceRecord) -> pb::Saga {
-        let shape = self.saga.definition().shape();
+        // The roles of the version it runs on.
+        let definition = self.saga.definition_of(saga.version).unwrap_or_else(|| self.saga.definition());
+        let shape = definition.shape();
         let mut saga = saga_pb(saga);
         for step in &mut saga.steps {
             step.role = shape.role(&step.name).unwrap_or_default().to_string();
@@ -108,6 +110,7 @@ fn saga_pb(s: InstanceRecord) -> pb::Saga {
         trace_id: trace_id(s.traceparent.as_deref()),
         progressed_at: Some(timestamp(s.progressed_at)),
         actions: Vec::new(),
+        version: s.version.max(0) as u32,
         saga_id: s.id.to_string(),
         // The order saga's business key is its order's id.
         order_id: s.key,

@@ -135,14 +135,14 @@ impl Saga for PlaceOrder {
 
 /// What a reservation answered: inventory owns prices. (Also what an
 /// operator states when resolving `reserve_stock` by hand.)
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Reserved {
     pub total_cents: i64,
     pub prices: Vec<Price>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
     pub product_id: Uuid,

@@ -23,6 +23,9 @@ pub enum StartupError {
     Client(#[from] sagaworks_resilience::ResilienceError),
     #[error(transparent)]
     Saga(#[from] sagaworks_saga::SettingsError),
+    /// The database holds instances this binary's saga versions cannot drive.
+    #[error(transparent)]
+    SagaVersions(#[from] sagaworks_saga::VersionError),
     #[error(transparent)]
     Messaging(#[from] sagaworks_outbox::OutboxError),
 }
@@ -55,6 +58,8 @@ impl Application {
         let payment = sagaworks_resilience::channel("payment", &settings.payment, host.identity())?;
         let saga =
             Engine::new(host.pool().clone(), saga::definition(inventory, payment), settings.saga.clone())?;
+        // Refuses to start when it would strand or misread an instance in flight.
+        saga.register().await?;
         Ok(Self { settings, host, saga })
     }
 

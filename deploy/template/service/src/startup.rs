@@ -22,6 +22,9 @@ pub enum StartupError {
     Client(#[from] sagaworks_resilience::ResilienceError),
     #[error(transparent)]
     Saga(#[from] sagaworks_saga::SettingsError),
+    /// The database holds instances this binary's saga versions cannot drive.
+    #[error(transparent)]
+    SagaVersions(#[from] sagaworks_saga::VersionError),
     #[error(transparent)]
     Messaging(#[from] sagaworks_outbox::OutboxError),
 }
@@ -51,6 +54,8 @@ impl Application {
         let host = ServiceHost::build("{{name}}", settings.host(), migrations).await?;
         let inventory = sagaworks_resilience::channel("inventory", &settings.inventory, host.identity())?;
         let saga = Engine::new(host.pool().clone(), saga::definition(inventory.clone()), settings.saga.clone())?;
+        // Refuses to start when it would strand or misread an instance in flight.
+        saga.register().await?;
         Ok(Self { settings, host, inventory, saga })
     }
 

@@ -6,7 +6,7 @@
 use super::state::State;
 use super::transition::{Next, RowUpdate};
 use super::{DriveError, Engine, telemetry};
-use crate::definition::Position;
+use crate::definition::{Definition, Position};
 use crate::operator::{Audit, OperatorRecord};
 use crate::statement::Statement;
 use crate::step::{End, Saga, StepError};
@@ -36,7 +36,7 @@ impl<S: Saga> Engine<S> {
         carried: Option<(usize, Value)>,
         audit: Option<&Audit<'_>>,
     ) -> Result<DateTime<Utc>, DriveError> {
-        let def = &self.definition();
+        let def = self.def(state);
         let name = def.name_at(state.at);
         let host = |e: StepError| DriveError::Host(id, e);
         let mut w = Statement::new(GUARD);
@@ -54,10 +54,17 @@ impl<S: Saga> Engine<S> {
         {
             outputs.insert(name.to_string(), output.clone());
         }
-        self.update_instance(&mut w, id, &plan);
+        self.update_instance(&mut w, id, def, &plan);
         let error = outcome.as_ref().err().map(|e| e.message().to_string());
-        let next_attempt =
-            self.write_steps(&mut w, name, &outcome, &plan, carried.as_ref().map(|(i, v)| (*i, v)), audit);
+        let next_attempt = self.write_steps(
+            &mut w,
+            def,
+            name,
+            &outcome,
+            &plan,
+            carried.as_ref().map(|(i, v)| (*i, v)),
+            audit,
+        );
         let (status, current, reason, delay, finished) =
             (plan.status, plan.current, plan.reason, plan.delay, plan.finished);
 
@@ -122,7 +129,7 @@ impl<S: Saga> Engine<S> {
 
     /// `saga_s`: the lease-guarded update of the instance's row, which every
     /// other part of the statement selects from.
-    fn update_instance(&self, w: &mut Statement, id: Uuid, plan: &RowUpdate<'_>) {
+    fn update_instance(&self, w: &mut Statement, id: Uuid, def: &Definition<S>, plan: &RowUpdate<'_>) {
         let (pid, powner) = (w.bind(id), w.bind(self.owner().to_string()));
         let mut sql = String::with_capacity(320);
         sql.push_str("UPDATE saga_instances SET updated_at = now()");
@@ -139,7 +146,7 @@ impl<S: Saga> Engine<S> {
             set("status", &w.bind(status));
         }
         if let Some(p) = plan.current {
-            set("current_step", &w.bind(self.definition().name_at(p)));
+            set("current_step", &w.bind(def.name_at(p)));
         } else if plan.finished {
             set("current_step", "NULL");
         }
@@ -174,13 +181,13 @@ impl<S: Saga> Engine<S> {
     fn write_steps(
         &self,
         w: &mut Statement,
+        def: &Definition<S>,
         name: &'static str,
         outcome: &Result<Value, StepError>,
         plan: &RowUpdate<'_>,
         carried: Option<(usize, &Value)>,
         audit: Option<&Audit<'_>>,
     ) -> Option<Position> {
-        let def = &self.definition();
         let (step_status, error) = match outcome {
             Ok(_) => (StepStatus::Succeeded, None),
             Err(e) if !plan.progressed => (StepStatus::Running, Some(e.message().to_string())),
@@ -271,7 +278,7 @@ impl<S: Saga> Engine<S> {
         });
         let ctx = state.context(id, step);
         let record = OperatorRecord { action: audit.action, step, actor: &op.actor, reason: &op.reason };
-        self.definition().saga.on_operator_action(&ctx, &record, w)
+        self.def(state).saga.on_operator_action(&ctx, &record, w)
     }
 }
 

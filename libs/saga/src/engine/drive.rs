@@ -48,7 +48,7 @@ impl<S: Saga> Engine<S> {
                 self.release_lease(id, Duration::ZERO).await?;
                 return Ok(Driven::Stopped);
             }
-            let name = self.definition().name_at(state.at);
+            let name = self.def(&state).name_at(state.at);
             self.crash_at(When::Before, name)?;
             let span = telemetry::step_span(name, matches!(state.at, Position::Compensation(_)));
             let turn =
@@ -83,7 +83,7 @@ impl<S: Saga> Engine<S> {
         carried: Option<(usize, Value)>,
         span: &tracing::Span,
     ) -> Result<Turn, DriveError> {
-        let def = &self.definition();
+        let def = self.def(state);
         let name = def.name_at(state.at);
         let forward = match state.at {
             Position::Forward(i) => Some(&def.steps[i]),
@@ -129,7 +129,7 @@ impl<S: Saga> Engine<S> {
 
     fn past_deadline(&self, state: &State<S>) -> bool {
         let Position::Forward(i) = state.at else { return false };
-        let step = &self.definition().steps[i];
+        let step = &self.def(state).steps[i];
         if !step.has_deadline() {
             return false;
         }
@@ -163,8 +163,8 @@ impl<S: Saga> Engine<S> {
         let started = Instant::now();
         let run = || async {
             match state.at {
-                Position::Forward(i) => self.definition().steps[i].forward.run(&ctx).await,
-                Position::Compensation(i) => match &self.definition().steps[i].compensation {
+                Position::Forward(i) => self.def(state).steps[i].forward.run(&ctx).await,
+                Position::Compensation(i) => match &self.def(state).steps[i].compensation {
                     Some((_, c)) => c.run(&ctx).await.map(|()| Value::Null),
                     None => unreachable!("a compensation position names a step with one"),
                 },

@@ -51,12 +51,14 @@ mod start;
 mod state;
 pub(crate) mod telemetry;
 mod transition;
+mod versions;
 mod worker;
 
 pub(crate) use commit::GUARD;
 pub use start::{Launch, NewInstance, Started};
 pub(crate) use state::State;
 pub(crate) use transition::{Next, transition};
+pub use versions::{VersionError, Versions};
 #[cfg(feature = "testing")]
 pub use worker::LEASE_SQL;
 
@@ -100,7 +102,8 @@ pub enum Driven {
 
 struct Inner<S: Saga> {
     pool: PgPool,
-    definition: Definition<S>,
+    /// Newest first: the first starts new instances.
+    definitions: Vec<Definition<S>>,
     settings: SagaSettings,
     owner: String,
     faults: Faults,
@@ -126,16 +129,26 @@ impl<S: Saga> Clone for Engine<S> {
 pub struct SettingsError(String);
 
 impl<S: Saga> Engine<S> {
+    /// An engine of `versions` (a [`Definition`] alone is version 1, or whichever it
+    /// declares). [`Engine::register`] checks them against the database.
     pub fn new(
         pool: PgPool,
-        mut definition: Definition<S>,
+        versions: impl Into<Versions<S>>,
         settings: SagaSettings,
     ) -> Result<Self, SettingsError> {
+        let mut definitions = versions.into().sorted().map_err(SettingsError)?;
         for (step, attempts) in &settings.step_attempts {
-            definition.set_max_attempts(step, *attempts).map_err(SettingsError)?;
+            // Every version that has the step; an error when none has it.
+            let results: Vec<_> =
+                definitions.iter_mut().map(|d| d.set_max_attempts(step, *attempts)).collect();
+            if results.iter().all(Result::is_err) {
+                return Err(SettingsError(results.into_iter().find_map(Result::err).unwrap_or_default()));
+            }
         }
         telemetry::register(S::NAME);
-        let names = definition.shape().names();
+        let mut names: Vec<&'static str> = definitions.iter().flat_map(|d| d.shape().names()).collect();
+        names.sort_unstable();
+        names.dedup();
         let faults = Faults::parse(&settings.crash_point, &settings.faults, &names).map_err(SettingsError)?;
         if !faults.is_off() {
             tracing::warn!(saga = S::NAME, crash_point = %settings.crash_point, faults = %settings.faults,
@@ -150,7 +163,7 @@ impl<S: Saga> Engine<S> {
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
-                definition,
+                definitions,
                 settings,
                 owner,
                 faults,
@@ -164,8 +177,19 @@ impl<S: Saga> Engine<S> {
         &self.inner.pool
     }
 
+    /// The newest definition: the one new instances start on.
     pub fn definition(&self) -> &Definition<S> {
-        &self.inner.definition
+        &self.inner.definitions[0]
+    }
+
+    /// Every registered definition, newest first.
+    pub fn definitions(&self) -> &[Definition<S>] {
+        &self.inner.definitions
+    }
+
+    /// The definition of `version`, if this binary registers it.
+    pub fn definition_of(&self, version: i32) -> Option<&Definition<S>> {
+        self.inner.definitions.iter().find(|d| i64::from(d.version) == i64::from(version))
     }
 
     pub fn settings(&self) -> &SagaSettings {

@@ -117,17 +117,20 @@ impl<S: Saga> Launch<S> {
         let input = std::mem::take(&mut self.input);
         let engine = &self.engine;
         let new = &self.instance;
-        let first = engine.definition().steps[0].name;
+        // On the newest version.
+        let newest = engine.definition();
+        let (first, version) = (newest.steps[0].name, newest.version() as i32);
         let (id, saga, key, step) = (w.bind(new.id), w.bind(S::NAME), w.bind(new.key.clone()), w.bind(first));
+        let version = w.bind(version);
         let (input, traceparent, owner) =
             (w.bind(input), w.bind(new.traceparent.clone()), w.bind(engine.owner().to_string()));
         let lease = w.bind(engine.lease_secs());
         w.guarded(NEW_INSTANCE, |g| {
             g.insert(
-                "saga_instances (id, saga_type, key, status, current_step, traceparent, lease_owner, lease_expires_at)",
+                "saga_instances (id, saga_type, version, key, status, current_step, traceparent, lease_owner, lease_expires_at)",
             )
             .select(format!(
-                "{id}, {saga}, {key}, 'RUNNING', {step}, {traceparent}, {owner}, now() + make_interval(secs => {lease})"
+                "{id}, {saga}, {version}, {key}, 'RUNNING', {step}, {traceparent}, {owner}, now() + make_interval(secs => {lease})"
             ))
             .then("RETURNING created_at")
         });
@@ -180,6 +183,7 @@ impl<S: Saga> Started<S> {
                     return;
                 };
                 let state = State {
+                    version: engine.definition().version() as i32,
                     status: SagaStatus::Running,
                     at: Position::Forward(0),
                     failure_reason: None,

@@ -13,6 +13,8 @@ use uuid::Uuid;
 /// An instance as its driver knows it: read once, then kept equal to what
 /// each commit wrote.
 pub(crate) struct State<S: Saga> {
+    /// The version of the definition it started on (and is read through).
+    pub(crate) version: i32,
     pub(crate) status: SagaStatus,
     pub(crate) at: Position,
     pub(crate) failure_reason: Option<String>,
@@ -27,6 +29,14 @@ pub(crate) struct State<S: Saga> {
     /// driver died (started, no outcome recorded). Then a later attempt that
     /// was "not sent" proves nothing: the step may have taken effect.
     pub(crate) maybe_sent: bool,
+}
+
+impl<S: Saga> Engine<S> {
+    /// The definition `state` is read through (its version's; registered, or
+    /// [`Engine::load`] would not have returned it).
+    pub(crate) fn def(&self, state: &State<S>) -> &crate::definition::Definition<S> {
+        self.definition_of(state.version).unwrap_or_else(|| self.definition())
+    }
 }
 
 impl<S: Saga> State<S> {
@@ -57,6 +67,7 @@ impl<S: Saga> Engine<S> {
     pub(crate) async fn load(&self, id: Uuid) -> Result<State<S>, DriveError> {
         #[derive(sqlx::FromRow)]
         struct Row {
+            version: i32,
             status: SagaStatus,
             current_step: Option<String>,
             failure_reason: Option<String>,
@@ -70,7 +81,7 @@ impl<S: Saga> Engine<S> {
         let row = sqlx::query_as::<_, Row>(
             // The input and outputs where this version writes them, or in
             // `data` for an instance written before it (see the migrations).
-            "SELECT i.status, i.current_step, i.failure_reason, i.created_at,
+            "SELECT i.version, i.status, i.current_step, i.failure_reason, i.created_at,
                     COALESCE(n.input, i.data -> 'input') AS input,
                     COALESCE(i.data -> 'outputs', '{}')
                         || COALESCE((SELECT jsonb_object_agg(o.name, o.output) FROM saga_instance_steps o
@@ -95,15 +106,21 @@ impl<S: Saga> Engine<S> {
         let Value::Object(outputs) = row.outputs else {
             return Err(undrivable("the stored outputs are not an object".into()));
         };
+        let definition = self.definition_of(row.version).ok_or_else(|| {
+            undrivable(format!(
+                "it started on version {} of the saga, which this binary does not register",
+                row.version
+            ))
+        })?;
         let at = match row.current_step.as_deref() {
             // Finished: the loop returns at once.
             None => Position::Forward(0),
-            Some(step) => self
-                .definition()
+            Some(step) => definition
                 .position(step)
-                .ok_or_else(|| undrivable(format!("unknown step {step:?}")))?,
+                .ok_or_else(|| undrivable(format!("unknown step {step:?} in version {}", row.version)))?,
         };
         Ok(State {
+            version: row.version,
             status: row.status,
             at,
             failure_reason: row.failure_reason,

@@ -241,6 +241,7 @@ mod tests {
 
     fn state(at: Position, attempts: Option<i32>) -> State<Trip> {
         State {
+            version: 1,
             status: SagaStatus::Running,
             at,
             failure_reason: None,

@@ -92,6 +92,8 @@ pub struct SagaAttempt {
 pub struct Saga {
     pub saga_id: String,
     pub order_id: String,
+    /// The version of the saga's definition it started on (and runs on).
+    pub version: u32,
     /// `RUNNING`, `COMPENSATING`, `COMPLETED` or `COMPENSATED`.
     pub status: String,
     /// The step running or to run next; absent once the saga has finished.
@@ -134,6 +136,7 @@ impl From<ord::Saga> for Saga {
         Self {
             saga_id: s.saga_id,
             order_id: s.order_id,
+            version: s.version,
             status: s.status,
             current_step: non_empty(s.current_step),
             steps: s.steps.into_iter().map(Into::into).collect(),

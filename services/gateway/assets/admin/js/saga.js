@@ -21,6 +21,8 @@ export function renderSaga(saga) {
   fact('Saga', el('code', {}, saga.saga_id));
   fact('Order', el('code', {}, saga.order_id));
   fact('Status', badge(saga.status));
+  // The version of the saga's definition it started on (docs/design.md, "Changing a saga").
+  fact('Version', `v${saga.version}`);
   fact('Current step', saga.current_step ? el('code', {}, saga.current_step) : '— (finished)');
   if (saga.failure_reason) facts.append(el('dt', {}, 'Failure reason'), el('dd', { class: 'error' }, saga.failure_reason));
   fact('Created', timeEl(saga.created_at));

@@ -1,0 +1,155 @@
+//! The versions of a saga one binary drives ([`Versions`]), and the check that a
+//! deploy neither strands an instance nor reads it through a changed shape
+//! ([`Engine::register`]).
+//!
+//! Every instance records the version it started on; a driver reads it through that
+//! version's definition, whatever the newest is. New instances start on the newest.
+//! `saga_versions` keeps, per saga and version, the fingerprint of the shape the
+//! version had when a host first registered it (docs/design.md, "Changing a saga").
+
+use super::Engine;
+use crate::definition::Definition;
+use crate::step::Saga;
+use std::collections::BTreeMap;
+
+/// The definitions of one saga a binary can drive, one per version: the newest starts
+/// new instances, the older ones finish the instances that started on them.
+///
+/// ```ignore
+/// Versions::new(place_order_v2(..)).and(place_order_v1(..))
+/// ```
+pub struct Versions<S: Saga> {
+    /// Newest first.
+    pub(crate) definitions: Vec<Definition<S>>,
+}
+
+impl<S: Saga> Versions<S> {
+    pub fn new(definition: Definition<S>) -> Self {
+        Self { definitions: vec![definition] }
+    }
+
+    /// Also drives the instances of `older`'s version.
+    pub fn and(mut self, older: Definition<S>) -> Self {
+        self.definitions.push(older);
+        self
+    }
+
+    /// Sorted newest first; two definitions of one version are an error.
+    pub(crate) fn sorted(mut self) -> Result<Vec<Definition<S>>, String> {
+        self.definitions.sort_by(|a, b| b.version.cmp(&a.version));
+        if let Some(w) = self.definitions.windows(2).find(|w| w[0].version == w[1].version) {
+            return Err(format!("saga {:?}: version {} is declared twice", S::NAME, w[0].version));
+        }
+        Ok(self.definitions)
+    }
+}
+
+impl<S: Saga> From<Definition<S>> for Versions<S> {
+    fn from(definition: Definition<S>) -> Self {
+        Self::new(definition)
+    }
+}
+
+/// Why [`Engine::register`] refused to drive a saga.
+#[derive(Debug, thiserror::Error)]
+pub enum VersionError {
+    #[error(
+        "saga {saga:?}: the database holds unfinished instances of version(s) this binary does not register: {}; \
+         deploy a binary that still declares them (Versions::and) and let them finish \
+         (`sagaworks-admin sagas versions`), or set saga.force_start to leave them undrivable",
+        counts(.unregistered)
+    )]
+    Unregistered { saga: &'static str, unregistered: BTreeMap<i32, i64> },
+    #[error(
+        "saga {saga:?}: version {version}'s shape changed (fingerprint {stored} when first registered, {now} now) \
+         while {unfinished} instance(s) of it are unfinished; declare the change as a new version, or set \
+         saga.force_start to read them through the new shape"
+    )]
+    ShapeChanged { saga: &'static str, version: i32, stored: String, now: String, unfinished: i64 },
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+fn counts(versions: &BTreeMap<i32, i64>) -> String {
+    versions.iter().map(|(v, n)| format!("v{v}: {n}")).collect::<Vec<_>>().join(", ")
+}
+
+impl<S: Saga> Engine<S> {
+    /// Records this binary's versions and their fingerprints, and refuses (unless
+    /// `saga.force_start`) when unfinished instances in the database started on a
+    /// version it does not register, or on a registered version whose shape changed
+    /// since it was first registered. A host calls it at start-up, before it serves.
+    pub async fn register(&self) -> Result<(), VersionError> {
+        let force = self.settings().force_start;
+        let mut tx = self.pool().begin().await?;
+        // One registration at a time per saga (replicas start together).
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('sagaworks.saga_versions'), hashtext($1))")
+            .bind(S::NAME)
+            .execute(&mut *tx)
+            .await?;
+        let unfinished: BTreeMap<i32, i64> = sqlx::query_as::<_, (i32, i64)>(
+            "SELECT version, count(*) FROM saga_instances
+             WHERE saga_type = $1 AND status IN ('RUNNING', 'COMPENSATING') GROUP BY version",
+        )
+        .bind(S::NAME)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
+        let unregistered: BTreeMap<i32, i64> = unfinished
+            .iter()
+            .filter(|(v, _)| self.definition_of(**v).is_none())
+            .map(|(v, n)| (*v, *n))
+            .collect();
+        if !unregistered.is_empty() {
+            if !force {
+                return Err(VersionError::Unregistered { saga: S::NAME, unregistered });
+            }
+            tracing::warn!(saga = S::NAME, versions = %counts(&unregistered),
+                "saga.force_start: unfinished instances of unregistered versions stay undrivable");
+        }
+        for def in self.definitions() {
+            let version = def.version() as i32;
+            let now = def.fingerprint();
+            let shape = serde_json::to_value(def.shape()).unwrap_or_default();
+            let stored: Option<String> = sqlx::query_scalar(
+                "SELECT fingerprint FROM saga_versions WHERE saga_type = $1 AND version = $2",
+            )
+            .bind(S::NAME)
+            .bind(version)
+            .fetch_optional(&mut *tx)
+            .await?;
+            match stored {
+                Some(stored) if stored == now => continue,
+                Some(stored) => {
+                    let count = unfinished.get(&version).copied().unwrap_or(0);
+                    if count > 0 && !force {
+                        return Err(VersionError::ShapeChanged {
+                            saga: S::NAME,
+                            version,
+                            stored,
+                            now,
+                            unfinished: count,
+                        });
+                    }
+                    tracing::warn!(saga = S::NAME, version, %stored, %now, unfinished = count,
+                        "a changed shape under an unchanged version: recorded");
+                }
+                None => {}
+            }
+            sqlx::query(
+                "INSERT INTO saga_versions (saga_type, version, fingerprint, shape) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (saga_type, version)
+                 DO UPDATE SET fingerprint = excluded.fingerprint, shape = excluded.shape, registered_at = now()",
+            )
+            .bind(S::NAME)
+            .bind(version)
+            .bind(&now)
+            .bind(shape)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
