@@ -768,8 +768,9 @@ async fn sagas_of_the_previous_release_are_migrated_and_resumed() {
     // The order database as the previous release left it.
     sqlx::raw_sql(
         "DROP TABLE saga_operator_actions; DROP TABLE saga_instance_steps; DROP TABLE saga_instance_inputs;
-         DROP TABLE saga_instances;
-         DELETE FROM _sqlx_migrations WHERE version IN (20261204000000, 20261204000001, 20261204000003, 20261205000000);
+         DROP TABLE saga_instances; DROP TABLE saga_versions;
+         DELETE FROM _sqlx_migrations
+         WHERE version IN (20261204000000, 20261204000001, 20261204000003, 20261205000000, 20261206000000);
          CREATE TABLE sagas (
              id UUID PRIMARY KEY, order_id UUID NOT NULL UNIQUE REFERENCES orders (id),
              status TEXT NOT NULL, current_step TEXT NOT NULL, failure_reason TEXT,
