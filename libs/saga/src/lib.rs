@@ -61,7 +61,8 @@ pub use definition::{
     valid_name,
 };
 pub use engine::{
-    DriveError, Driven, Engine, Launch, NewInstance, SettingsError, Started, VersionError, Versions,
+    DriveError, Driven, Engine, Launch, NewInstance, SettingsError, Started, VersionError, VersionStatus,
+    Versions,
 };
 pub use operator::{ActionKind, Operator, OperatorAction, OperatorRecord};
 pub use settings::SagaSettings;
@@ -74,6 +75,7 @@ pub use store::{AttemptRecord, InstanceRecord, SagaStatus, StepRecord, StepStatu
 pub mod metrics {
     pub use crate::engine::telemetry::{
         DURATION_SECONDS, FINISHED_TOTAL, RESUMED_TOTAL, STEP_DURATION_SECONDS, STEPS_TOTAL, STUCK,
+        UNFINISHED,
     };
 }
 

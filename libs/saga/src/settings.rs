@@ -47,6 +47,10 @@ pub struct SagaSettings {
     /// stored output may no longer decode, a position may name another step). Off:
     /// such a start is refused ([`Engine::register`](crate::Engine::register)).
     pub force_start: bool,
+    /// The registered version new instances start on; 0 (the default): the newest. The
+    /// others only finish the instances that started on them (they drain). Setting it to
+    /// an older version stops starting the newest, e.g. to drain it before a rollback.
+    pub start_version: u32,
 }
 
 impl Default for SagaSettings {
@@ -64,6 +68,7 @@ impl Default for SagaSettings {
             crash_point: String::new(),
             faults: String::new(),
             force_start: false,
+            start_version: 0,
         }
     }
 }

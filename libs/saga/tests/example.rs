@@ -1171,6 +1171,11 @@ fn version_trials() -> Vec<libtest_mimic::Trial> {
                 .unwrap();
                 both.register().await.expect("v1 and v2 register");
                 assert_eq!(both.definition().version(), 2, "the newest starts new instances");
+                let listed = both.versions().await.unwrap();
+                let view: Vec<_> =
+                    listed.iter().map(|v| (v.version, v.unfinished, v.registered, v.starts_new)).collect();
+                assert_eq!(view, [(2, 0, true, true), (1, 5, true, false)], "{listed:?}");
+                assert_eq!(listed[1].fingerprint, definition(&pool).fingerprint());
                 tokio::spawn(both.clone().run_worker(stop.clone()));
                 let new = place(&both, &pool, 1, &stop).await;
                 for (point, purchase, saga, ends) in stranded {
@@ -1200,7 +1205,39 @@ fn version_trials() -> Vec<libtest_mimic::Trial> {
                 .unwrap();
                 assert_eq!((version, output), (2, serde_json::json!({ "channel": "email" })));
                 // Drained: v1 has nothing unfinished, so v2 alone starts now.
+                let listed = both.versions().await.unwrap();
+                let view: Vec<_> = listed.iter().map(|v| (v.version, v.unfinished)).collect();
+                assert_eq!(view, [(2, 0), (1, 0)]);
                 v2_only.register().await.expect("v2 alone once v1 is drained");
+            },
+        ),
+        db_trial(
+            "versions::start_version_picks_the_version_new_instances_start_on",
+            |pool, stop| async move {
+                let versions = || Versions::new(definition_v2(&pool, 2)).and(definition(&pool));
+                let unknown =
+                    Engine::new(pool.clone(), versions(), SagaSettings { start_version: 3, ..settings() });
+                let refused = unknown.err().expect("an unregistered start_version is refused").to_string();
+                assert!(refused.contains("saga.start_version: version 3"), "{refused}");
+                // Draining v2 (a rollback): v1 starts new instances, v2's would still finish.
+                let back =
+                    Engine::new(pool.clone(), versions(), SagaSettings { start_version: 1, ..settings() })
+                        .unwrap();
+                back.register().await.unwrap();
+                let purchase = place(&back, &pool, 1, &stop).await;
+                let (saga, version): (Uuid, i32) =
+                    sqlx::query_as("SELECT id, version FROM saga_instances WHERE key = $1")
+                        .bind(purchase.to_string())
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                assert_eq!(version, 1);
+                tokio::spawn(back.clone().run_worker(stop.clone()));
+                assert_eq!(finished(&pool, saga).await, "COMPLETED");
+                assert_eq!(calls_of(&pool, purchase, "notify").await, 0, "on v1's shape");
+                let starts: Vec<_> =
+                    back.versions().await.unwrap().iter().map(|v| (v.version, v.starts_new)).collect();
+                assert_eq!(starts, [(2, false), (1, true)]);
             },
         ),
         db_trial(

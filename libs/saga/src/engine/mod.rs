@@ -30,7 +30,7 @@
 //!
 //! `saga_steps_total{saga,step,result}`, `saga_step_duration_seconds{saga,step}`,
 //! `saga_duration_seconds{saga,outcome}`, `sagas_finished_total{saga,outcome}`,
-//! `saga_resumed_total{saga}` and `saga_stuck{saga}`; a `saga.step` span per
+//! `saga_resumed_total{saga}`, `saga_stuck{saga}` and `saga_unfinished{saga,version}`; a `saga.step` span per
 //! turn (attributes `saga.step.name`, `saga.step.compensation`,
 //! `saga.step.outcome`) inside the instance's `saga` span.
 //!
@@ -58,7 +58,7 @@ pub(crate) use commit::GUARD;
 pub use start::{Launch, NewInstance, Started};
 pub(crate) use state::State;
 pub(crate) use transition::{Next, transition};
-pub use versions::{VersionError, Versions};
+pub use versions::{VersionError, VersionStatus, Versions};
 #[cfg(feature = "testing")]
 pub use worker::LEASE_SQL;
 
@@ -102,8 +102,10 @@ pub enum Driven {
 
 struct Inner<S: Saga> {
     pool: PgPool,
-    /// Newest first: the first starts new instances.
+    /// Newest first.
     definitions: Vec<Definition<S>>,
+    /// The index in `definitions` of the one new instances start on.
+    start: usize,
     settings: SagaSettings,
     owner: String,
     faults: Faults,
@@ -145,6 +147,15 @@ impl<S: Saga> Engine<S> {
                 return Err(SettingsError(results.into_iter().find_map(Result::err).unwrap_or_default()));
             }
         }
+        let start = match settings.start_version {
+            0 => 0,
+            v => definitions.iter().position(|d| d.version == v).ok_or_else(|| {
+                SettingsError(format!(
+                    "saga.start_version: version {v} of saga {:?} is not registered",
+                    S::NAME
+                ))
+            })?,
+        };
         telemetry::register(S::NAME);
         let mut names: Vec<&'static str> = definitions.iter().flat_map(|d| d.shape().names()).collect();
         names.sort_unstable();
@@ -164,6 +175,7 @@ impl<S: Saga> Engine<S> {
             inner: Arc::new(Inner {
                 pool,
                 definitions,
+                start,
                 settings,
                 owner,
                 faults,
@@ -177,9 +189,10 @@ impl<S: Saga> Engine<S> {
         &self.inner.pool
     }
 
-    /// The newest definition: the one new instances start on.
+    /// The definition new instances start on: the newest, unless `saga.start_version`
+    /// names another.
     pub fn definition(&self) -> &Definition<S> {
-        &self.inner.definitions[0]
+        &self.inner.definitions[self.inner.start]
     }
 
     /// Every registered definition, newest first.

@@ -23,6 +23,9 @@ pub const FINISHED_TOTAL: &str = "sagas_finished_total";
 pub const RESUMED_TOTAL: &str = "saga_resumed_total";
 /// Gauge: unfinished instances without progress for `stuck_after_ms`.
 pub const STUCK: &str = "saga_stuck";
+/// Gauge: unfinished instances by the `version` they started on (a version drained
+/// to 0 may be deleted from the code).
+pub const UNFINISHED: &str = "saga_unfinished";
 
 /// Starts the counters a dashboard reads from zero.
 pub(super) fn register(saga: &'static str) {
@@ -49,6 +52,10 @@ pub(super) fn resumed(saga: &'static str) {
 
 pub(super) fn stuck(saga: &'static str, count: i64) {
     metrics::gauge!(STUCK, "saga" => saga).set(count as f64);
+}
+
+pub(super) fn unfinished(saga: &'static str, version: u32, count: u64) {
+    metrics::gauge!(UNFINISHED, "saga" => saga, "version" => version.to_string()).set(count as f64);
 }
 
 /// The span of one instance (its steps' spans are its children).

@@ -70,11 +70,63 @@ pub enum VersionError {
     Db(#[from] sqlx::Error),
 }
 
+/// A version of a saga as one replica sees it ([`Engine::versions`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct VersionStatus {
+    pub version: u32,
+    /// Instances started on it and not finished.
+    pub unfinished: u64,
+    /// Its fingerprint when it was first registered (empty: never registered, e.g.
+    /// instances written before versions existed).
+    pub fingerprint: String,
+    /// This replica can drive its instances.
+    pub registered: bool,
+    /// This replica starts new instances on it (`saga.start_version`, or the newest).
+    pub starts_new: bool,
+}
+
 fn counts(versions: &BTreeMap<i32, i64>) -> String {
     versions.iter().map(|(v, n)| format!("v{v}: {n}")).collect::<Vec<_>>().join(", ")
 }
 
 impl<S: Saga> Engine<S> {
+    /// Every version of this saga that a host registered, this replica declares, or an
+    /// unfinished instance started on: newest first, with its unfinished instances. A
+    /// version at 0 that does not start new instances is drained: its code may go.
+    pub async fn versions(&self) -> Result<Vec<VersionStatus>, sqlx::Error> {
+        let mut rows: BTreeMap<i32, (i64, String)> = sqlx::query_as::<_, (i32, i64, Option<String>)>(
+            "WITH unfinished AS (
+                 SELECT version, count(*) AS n FROM saga_instances
+                 WHERE saga_type = $1 AND status IN ('RUNNING', 'COMPENSATING') GROUP BY version)
+             SELECT v.version, COALESCE(u.n, 0), r.fingerprint
+             FROM (SELECT version FROM saga_versions WHERE saga_type = $1
+                   UNION SELECT version FROM unfinished) v
+             LEFT JOIN unfinished u ON u.version = v.version
+             LEFT JOIN saga_versions r ON r.saga_type = $1 AND r.version = v.version",
+        )
+        .bind(S::NAME)
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|(v, n, f)| (v, (n, f.unwrap_or_default())))
+        .collect();
+        for def in self.definitions() {
+            rows.entry(def.version() as i32).or_insert((0, String::new()));
+        }
+        let starting = self.definition().version();
+        Ok(rows
+            .into_iter()
+            .rev()
+            .map(|(version, (unfinished, fingerprint))| VersionStatus {
+                version: version.max(0) as u32,
+                unfinished: unfinished.max(0) as u64,
+                fingerprint,
+                registered: self.definition_of(version).is_some(),
+                starts_new: version as u32 == starting,
+            })
+            .collect())
+    }
+
     /// Records this binary's versions and their fingerprints, and refuses (unless
     /// `saga.force_start`) when unfinished instances in the database started on a
     /// version it does not register, or on a registered version whose shape changed

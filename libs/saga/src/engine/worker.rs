@@ -70,6 +70,16 @@ impl<S: Saga> Engine<S> {
                     Ok(n) => telemetry::stuck(S::NAME, n),
                     Err(e) => tracing::warn!(saga = S::NAME, error = %e, "cannot count stuck saga instances"),
                 }
+                match self.versions().await {
+                    Ok(versions) => {
+                        for v in versions {
+                            telemetry::unfinished(S::NAME, v.version, v.unfinished);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(saga = S::NAME, error = %e, "cannot count saga instances by version")
+                    }
+                }
             }
             if self.has_crashed() {
                 continue;
