@@ -480,6 +480,28 @@ async fn the_cli_finds_a_stuck_saga_and_retries_it_with_exit_codes_that_mean_som
     let saga_id = page["sagas"][0]["saga_id"].as_str().unwrap().to_string();
     assert_eq!(page["sagas"][0]["order_id"], order_id.as_str());
 
+    // The saga's versions: the stuck saga is an unfinished instance of version 1, which
+    // starts new ones, so it cannot be drained.
+    let (code, json, err) = cli(&stack, &admin, &["--json", "sagas", "versions"]);
+    assert_eq!(code, 0, "{err}");
+    let versions: Value = serde_json::from_str(&json).unwrap();
+    let v1 = &versions["versions"][0];
+    assert_eq!(versions["versions"].as_array().map(Vec::len), Some(1), "{versions}");
+    assert_eq!(
+        (v1["saga_type"].as_str(), v1["version"].as_u64()),
+        (Some("place_order"), Some(1)),
+        "{versions}"
+    );
+    assert_eq!((v1["unfinished"].as_u64(), v1["starts_new"].as_bool()), (Some(1), Some(true)), "{versions}");
+    assert_eq!(v1["fingerprint"].as_str().map(str::len), Some(16), "registered at start-up: {versions}");
+    let (code, table, err) = cli(&stack, &admin, &["sagas", "versions"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(table.contains("place_order") && table.contains("current"), "{table}");
+    let (code, _, err) = cli(&stack, &admin, &["sagas", "drain", "1", "--timeout", "1"]);
+    assert_eq!(code, 4, "a version that starts new instances never drains: {err}");
+    let (code, _, _) = cli(&stack, &admin, &["sagas", "drain", "9", "--timeout", "1"]);
+    assert_eq!(code, 3, "no version 9");
+
     let (code, out, err) =
         cli(&stack, &admin, &["sagas", "retry", &saga_id, "--reason", "payment is back", "--key", "cli-1"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -487,6 +509,9 @@ async fn the_cli_finds_a_stuck_saga_and_retries_it_with_exit_codes_that_mean_som
     assert_eq!(order["status"], "CONFIRMED", "{order}");
     let (code, _, err) = cli(&stack, &admin, &["sagas", "show", &saga_id]);
     assert_eq!(code, 0, "{err}");
+    let (_, json, _) = cli(&stack, &admin, &["--json", "sagas", "versions"]);
+    let versions: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(versions["versions"][0]["unfinished"], 0, "finished: {versions}");
 
     // Exit codes: 4 conflict (finished saga), 3 not found, 5 not an admin.
     let (code, _, err) = cli(&stack, &admin, &["sagas", "compensate", &saga_id, "--reason", "too late"]);

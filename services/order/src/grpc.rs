@@ -295,6 +295,26 @@ impl OrderService for Orders {
         }))
     }
 
+    async fn list_saga_versions(
+        &self,
+        _request: Request<pb::ListSagaVersionsRequest>,
+    ) -> Result<Response<pb::ListSagaVersionsResponse>, Status> {
+        let versions = self.saga.versions().await.map_err(Error::from)?;
+        Ok(Response::new(pb::ListSagaVersionsResponse {
+            versions: versions
+                .into_iter()
+                .map(|v| pb::SagaVersion {
+                    saga_type: PlaceOrder::NAME.into(),
+                    version: v.version,
+                    unfinished: v.unfinished,
+                    fingerprint: v.fingerprint,
+                    registered: v.registered,
+                    starts_new: v.starts_new,
+                })
+                .collect(),
+        }))
+    }
+
     #[tracing::instrument(skip_all, fields(saga.id = %request.get_ref().saga_id, action = %request.get_ref().action))]
     async fn act_on_saga(
         &self,

@@ -119,6 +119,34 @@ Examples:
   sagaworks-admin sagas resolve 0196f0c4-7d1e-7b3a-9c55-2f1e0a6b8c9d --reason \"reserved by hand\" \\
       --output '{\"total_cents\": 4200, \"prices\": [{\"product_id\": \"…\", \"unit_price_cents\": 2100}]}'")]
     Resolve(SagaResolveArgs),
+
+    /// The saga's versions, newest first, with their unfinished instances (GET /v1/admin/sagas/versions).
+    #[command(after_long_help = "\
+A version that starts no new instances and has none unfinished is drained: the
+next deploy may drop its code. See docs/design.md, \"Changing a saga\".
+
+Example:
+  sagaworks-admin sagas versions")]
+    Versions,
+
+    /// Wait until a version that starts no new instances has none unfinished.
+    #[command(after_long_help = "\
+Exits 0 once the version is drained; 4 (conflict) when it still starts new
+instances (deploy a newer version, or set saga.start_version, first); 6 when
+--timeout passes first (run it again later).
+
+Example:
+  sagaworks-admin sagas drain 1 --timeout 30m")]
+    Drain {
+        /// The version to drain.
+        version: u32,
+        /// How long to wait: seconds, or with a unit (90s, 15m, 2h).
+        #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "600")]
+        timeout: u64,
+        /// How often to ask, in seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=300))]
+        every: u64,
+    },
 }
 
 /// `--status` of `sagas list`.

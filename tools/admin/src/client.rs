@@ -254,6 +254,11 @@ impl Client {
         self.pages(self.url(&["v1", "admin", "sagas"]), query, cursor, all).await
     }
 
+    /// `GET /v1/admin/sagas/versions`.
+    pub async fn saga_versions(&self) -> Result<Fetched<SagaVersions>, Error> {
+        self.call(Method::GET, self.url(&["v1", "admin", "sagas", "versions"]), &[], None, None).await
+    }
+
     /// `GET /v1/admin/sagas/{id}`.
     pub async fn get_saga(&self, id: &str) -> Result<Fetched<SagaDetail>, Error> {
         self.call(Method::GET, self.url(&["v1", "admin", "sagas", id]), &[], None, None).await
@@ -469,6 +474,24 @@ pub struct SagaSummary {
     /// Seconds since the last progress.
     pub idle_secs: i64,
     pub trace_id: Option<String>,
+}
+
+/// `GET /v1/admin/sagas/versions`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct SagaVersions {
+    pub versions: Vec<SagaVersion>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct SagaVersion {
+    pub saga_type: String,
+    pub version: u32,
+    pub unfinished: u64,
+    pub fingerprint: Option<String>,
+    pub registered: bool,
+    pub starts_new: bool,
 }
 
 /// `GET /v1/admin/sagas/{id}`.

@@ -119,6 +119,15 @@ async fn sagas(client: &Client, json: bool, command: &SagasCommand) -> Result<()
         SagasCommand::Compensate(args) => {
             saga_action(client, json, "compensate", &args.id, &args.reason, None, args).await?
         }
+        SagasCommand::Versions => {
+            let versions = client.saga_versions().await?;
+            if json {
+                println!("{}", pretty(&versions.raw));
+            } else {
+                print!("{}", render::saga_versions(&versions.value.versions));
+            }
+        }
+        SagasCommand::Drain { version, timeout, every } => drain(client, *version, *timeout, *every).await?,
         SagasCommand::Resolve(args) => {
             saga_action(
                 client,
@@ -133,6 +142,51 @@ async fn sagas(client: &Client, json: bool, command: &SagasCommand) -> Result<()
         }
     }
     Ok(())
+}
+
+/// Asks every `every` seconds until `version` has no unfinished instance; refuses a
+/// version that still starts new ones (it would never drain).
+async fn drain(client: &Client, version: u32, timeout: u64, every: u64) -> Result<(), Error> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
+    let made_up = |status: u16, title: String| {
+        Box::new(client::Problem {
+            status,
+            title,
+            detail: None,
+            errors: Vec::new(),
+            retry_after: None,
+            raw: Value::Null,
+        })
+    };
+    loop {
+        let versions = client.saga_versions().await?.value.versions;
+        let Some(v) = versions.iter().find(|v| v.version == version) else {
+            return Err(Error::NotFound(made_up(404, format!("no version {version} of the saga"))));
+        };
+        if v.starts_new {
+            return Err(Error::Conflict(made_up(
+                409,
+                format!(
+                    "version {version} still starts new instances: deploy a newer version or set saga.start_version first"
+                ),
+            )));
+        }
+        if v.unfinished == 0 {
+            println!("version {version} of {} is drained: no unfinished instance", v.saga_type);
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(Error::Unavailable(made_up(
+                503,
+                format!(
+                    "version {version} still has {} unfinished instance(s) after {timeout} s",
+                    v.unfinished
+                ),
+            )));
+        }
+        eprintln!("version {version}: {} unfinished", v.unfinished);
+        tokio::time::sleep(std::time::Duration::from_secs(every)).await;
+    }
 }
 
 async fn saga_action(

@@ -5,7 +5,7 @@
 
 use crate::client::{
     DeadLetter, DiscardResult, DlqTopic, Error, Problem, ReplayResult, SagaActionResult, SagaDetail,
-    SagaSummary,
+    SagaSummary, SagaVersion,
 };
 use chrono::{DateTime, Utc};
 use std::fmt::Write as _;
@@ -122,6 +122,33 @@ pub fn saga_list(sagas: &[SagaSummary]) -> String {
             span(s.age_secs),
             span(s.idle_secs),
             truncate(&or_dash(error), 60),
+        ]);
+    }
+    table.render()
+}
+
+/// `sagas versions`: one line per saga and version, newest first.
+pub fn saga_versions(versions: &[SagaVersion]) -> String {
+    if versions.is_empty() {
+        return "No versions.\n".into();
+    }
+    let mut table =
+        Table::new(["SAGA", "VERSION", "UNFINISHED", "STARTS NEW", "REGISTERED", "STATE", "FINGERPRINT"]);
+    for v in versions {
+        let state = match (v.starts_new, v.unfinished) {
+            (true, _) => "current",
+            (false, 0) => "drained",
+            (false, _) => "draining",
+        };
+        let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
+        table.row([
+            v.saga_type.clone(),
+            v.version.to_string(),
+            v.unfinished.to_string(),
+            yes(v.starts_new),
+            yes(v.registered),
+            state.to_string(),
+            or_dash(v.fingerprint.as_deref()),
         ]);
     }
     table.render()

@@ -54,7 +54,8 @@ pub struct AppState {
         orders::create_order, orders::get_order, orders::list_orders, orders::get_saga,
         admin::create_product, admin::get_product, admin::list_products, admin::add_stock,
         admin::create_customer, admin::get_customer, admin::add_credit,
-        sagas::list_sagas, sagas::get_saga, sagas::retry, sagas::compensate, sagas::resolve,
+        sagas::list_sagas, sagas::list_saga_versions, sagas::get_saga, sagas::retry, sagas::compensate,
+        sagas::resolve,
         dlq::list_topics, dlq::list_messages, dlq::get_message, dlq::replay, dlq::discard,
     ),
     components(schemas(sagaworks_errors::Problem, sagaworks_errors::FieldError)),
@@ -151,6 +152,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/customers/{customer_id}", get(admin::get_customer))
         .route("/v1/customers/{customer_id}/credit", post(admin::add_credit))
         .route("/v1/admin/sagas", get(sagas::list_sagas))
+        .route("/v1/admin/sagas/versions", get(sagas::list_saga_versions))
         .route("/v1/admin/sagas/{saga_id}", get(sagas::get_saga))
         .route("/v1/admin/sagas/{saga_id}/retry", post(sagas::retry))
         .route("/v1/admin/sagas/{saga_id}/compensate", post(sagas::compensate))

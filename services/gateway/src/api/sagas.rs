@@ -7,7 +7,7 @@ use super::AppState;
 use crate::auth::Admin;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, IdempotencyKey};
-use crate::model::{SagaActionInput, SagaActionResult, SagaDetail, SagaPage, saga_detail};
+use crate::model::{SagaActionInput, SagaActionResult, SagaDetail, SagaPage, SagaVersions, saga_detail};
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -114,6 +114,26 @@ pub async fn list_sagas(
         sagas: page.sagas.into_iter().map(Into::into).collect(),
         next_cursor: (!page.next_cursor.is_empty()).then_some(page.next_cursor),
     }))
+}
+
+/// The versions of the order saga, newest first, with their unfinished instances, as
+/// the answering order replica sees them: a version at 0 that starts nothing is drained,
+/// and its code may be deleted (docs/design.md, "Changing a saga").
+#[utoipa::path(
+    get, path = "/v1/admin/sagas/versions", tag = "operations",
+    responses((status = 200, body = SagaVersions))
+)]
+pub async fn list_saga_versions(
+    State(state): State<AppState>,
+    _: Admin,
+) -> Result<Json<SagaVersions>, ApiError> {
+    let versions = state
+        .order
+        .clone()
+        .list_saga_versions(pb::ListSagaVersionsRequest {})
+        .await
+        .map_err(ApiError::downstream("order"))?;
+    Ok(Json(versions.into_inner().into()))
 }
 
 /// A saga with every step's attempts (start, end, outcome, error), its trace

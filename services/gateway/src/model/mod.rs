@@ -16,7 +16,7 @@ pub use dlq::{
 pub use orders::{CreateOrder, Order, OrderLine, OrderLineInput, OrderList, TimelineEntry};
 pub use sagas::{
     PriceOutput, ReservationOutput, SagaActionInput, SagaActionResult, SagaDetail, SagaOperatorAction,
-    SagaPage, SagaSummary, saga_detail,
+    SagaPage, SagaSummary, SagaVersion, SagaVersions, saga_detail,
 };
 
 use chrono::{DateTime, Utc};

@@ -155,6 +155,46 @@ pub struct SagaActionResult {
     pub saga: SagaDetail,
 }
 
+/// The versions of a saga (`GET /v1/admin/sagas/versions`), newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SagaVersions {
+    pub versions: Vec<SagaVersion>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SagaVersion {
+    pub saga_type: String,
+    pub version: u32,
+    /// Instances started on it and not finished.
+    pub unfinished: u64,
+    /// Its fingerprint when first registered (absent: never registered).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// The answering replica can drive its instances.
+    pub registered: bool,
+    /// The answering replica starts new instances on it; the others drain.
+    pub starts_new: bool,
+}
+
+impl From<ord::ListSagaVersionsResponse> for SagaVersions {
+    fn from(r: ord::ListSagaVersionsResponse) -> Self {
+        Self {
+            versions: r
+                .versions
+                .into_iter()
+                .map(|v| SagaVersion {
+                    saga_type: v.saga_type,
+                    version: v.version,
+                    unfinished: v.unfinished,
+                    fingerprint: non_empty(v.fingerprint),
+                    registered: v.registered,
+                    starts_new: v.starts_new,
+                })
+                .collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
