@@ -7,6 +7,8 @@ CREATE TABLE items (
     name       TEXT NOT NULL,
     -- PENDING while the item's claim saga (src/saga.rs) runs, then ACTIVE or REJECTED.
     status     TEXT NOT NULL DEFAULT 'PENDING' CHECK (status IN ('PENDING', 'ACTIVE', 'REJECTED')),
+    -- When its claim saga ended ACTIVE (version 2 of the saga; NULL for version 1's claims).
+    activated_at TIMESTAMPTZ,
     created_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 

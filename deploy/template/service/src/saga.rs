@@ -3,10 +3,16 @@
 //! inventory has none left, the item is REJECTED.
 //!
 //! ```text
-//!  reserve_unit ──ok──> activate_item (local pivot) ──> COMPLETED: item ACTIVE, ItemActivated
+//!  reserve_unit ──ok──> activate_item (local pivot) ──> stamp_activation (local, v2) ──> COMPLETED:
+//!       │                                                        item ACTIVE, ItemActivated
 //!       │ rejected: REJECTED, ItemRejected
 //!       │ failed (may have reserved) ──> release_unit ──> COMPENSATED: item REJECTED, ItemRejected
 //! ```
+//!
+//! Two versions, as a saga changed while claims are in flight has (docs/design.md,
+//! "Changing a saga"): version 2 ([`definition`]) adds `stamp_activation` and starts every
+//! new claim; version 1 ([`definition_v1`]) finishes the claims that started on it. Once
+//! `sagaworks-admin sagas versions` shows v1 drained, delete it from [`versions`].
 //!
 //! `sagaworks_saga` drives it: leases, crash resume, the step's deadline,
 //! retries, and every transition committed with its writes and events. What
@@ -20,7 +26,9 @@ use sagaworks_outbox::OutboxWriter;
 use sagaworks_proto::inventory::v1 as inv;
 use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use sagaworks_resilience::ResilientChannel;
-use sagaworks_saga::{Action, Compensation, Definition, End, Saga, Statement, StepContext, StepError};
+use sagaworks_saga::{
+    Action, Compensation, Definition, End, Saga, Statement, StepContext, StepError, Versions,
+};
 use sagaworks_telemetry::grpc::{ClientTrace, ClientTraceLayer};
 use serde::{Deserialize, Serialize};
 use tower::Layer;
@@ -28,7 +36,25 @@ use uuid::Uuid;
 
 type Inventory = InventoryServiceClient<ClientTrace<ResilientChannel>>;
 
+/// Every version this service drives: the newest starts new claims.
+pub fn versions(inventory: ResilientChannel) -> Versions<ClaimUnit> {
+    Versions::new(definition(inventory.clone())).and(definition_v1(inventory))
+}
+
+/// Version 2, the one new claims start on: version 1, then `stamp_activation`.
 pub fn definition(inventory: ResilientChannel) -> Definition<ClaimUnit> {
+    let inventory = InventoryServiceClient::new(ClientTraceLayer::new("{{name}}").layer(inventory));
+    Definition::builder(ClaimUnit { outbox: OutboxWriter::new("{{name}}") })
+        .version(2)
+        .compensatable(ReserveUnit(inventory.clone()), ReleaseUnit(inventory))
+        .pivot(ActivateItem)
+        .retriable(StampActivation)
+        .build()
+        .expect("the claim saga is well formed")
+}
+
+/// Version 1, kept as code until no claim that started on it is unfinished.
+pub fn definition_v1(inventory: ResilientChannel) -> Definition<ClaimUnit> {
     let inventory = InventoryServiceClient::new(ClientTraceLayer::new("{{name}}").layer(inventory));
     Definition::builder(ClaimUnit { outbox: OutboxWriter::new("{{name}}") })
         .compensatable(ReserveUnit(inventory.clone()), ReleaseUnit(inventory))
@@ -121,6 +147,28 @@ impl Action<ClaimUnit> for ActivateItem {
     const LOCAL: bool = true;
 
     async fn run(&self, _: &StepContext<'_, ClaimUnit>) -> Result<(), StepError> {
+        Ok(())
+    }
+}
+
+/// Local, version 2: records when the item became active, in the statement that ends
+/// the saga.
+pub struct StampActivation;
+
+impl Action<ClaimUnit> for StampActivation {
+    const NAME: &'static str = "stamp_activation";
+    type Output = ();
+    const LOCAL: bool = true;
+
+    async fn run(&self, _: &StepContext<'_, ClaimUnit>) -> Result<(), StepError> {
+        Ok(())
+    }
+
+    fn record(&self, ctx: &StepContext<'_, ClaimUnit>, _: &(), w: &mut Statement) -> Result<(), StepError> {
+        let id = w.bind(ctx.input().item_id);
+        w.guarded("item_stamp", |g| {
+            g.update("items").set("activated_at = now()").filter(format!("items.id = {id}"))
+        });
         Ok(())
     }
 }

@@ -53,7 +53,7 @@ impl Application {
         let migrations = migrators();
         let host = ServiceHost::build("{{name}}", settings.host(), migrations).await?;
         let inventory = sagaworks_resilience::channel("inventory", &settings.inventory, host.identity())?;
-        let saga = Engine::new(host.pool().clone(), saga::definition(inventory.clone()), settings.saga.clone())?;
+        let saga = Engine::new(host.pool().clone(), saga::versions(inventory.clone()), settings.saga.clone())?;
         // Refuses to start when it would strand or misread an instance in flight.
         saga.register().await?;
         Ok(Self { settings, host, inventory, saga })

@@ -21,9 +21,11 @@ use {{name}}::pb::CreateItemRequest;
 /// Short: a stopped replica's saga is taken over soon.
 const LEASE_MS: u64 = 1_000;
 
-async fn run_case(case: Case) -> Result<(), String> {
+/// Runs `case` on claims that start on `version` (`saga.start_version`).
+async fn run_case(case: Case, version: u32) -> Result<(), String> {
     let mut app = spawn_app_with(|s| {
         case.apply(&mut s.saga);
+        s.saga.start_version = version;
         s.saga.lease_ms = LEASE_MS;
         s.saga.poll_interval_ms = 50;
         s.saga.retry_base_ms = 10;
@@ -57,6 +59,17 @@ async fn run_case(case: Case) -> Result<(), String> {
     let completed = case.expect.status == SagaStatus::Completed;
     assert_eq!(saga, case.expect.status.as_str());
     assert_eq!(status, if completed { "ACTIVE" } else { "REJECTED" });
+    let (version_run, stamped): (i32, bool) = sqlx::query_as(
+        "SELECT i.version, items.activated_at IS NOT NULL FROM saga_instances i
+         JOIN items ON items.id::text = i.key WHERE i.key = $1",
+    )
+    .bind(&item.id)
+    .fetch_one(&pool)
+    .await
+    .map_err(|e| e.to_string())?;
+    assert_eq!(version_run as u32, version, "the claim ran on the version it started on");
+    // Only version 2 has stamp_activation.
+    assert_eq!(stamped, completed && version == 2, "activated_at");
     let events: Vec<String> =
         sqlx::query_scalar("SELECT event_type FROM outbox WHERE aggregate_id = $1 ORDER BY seq")
             .bind(&item.id)
@@ -82,15 +95,22 @@ async fn run_case(case: Case) -> Result<(), String> {
 
 /// The saga's shape: the definition needs an inventory channel, which
 /// connects lazily and is never used here.
-fn shape() -> Shape {
+fn shape(version: u32) -> Shape {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let _guard = runtime.enter();
     let inventory = sagaworks_resilience::channel("inventory", &ClientSettings::with_url("http://127.0.0.1:9"), None)
         .expect("a lazy channel");
-    {{name}}::saga::definition(inventory).shape()
+    match version {
+        1 => {{name}}::saga::definition_v1(inventory).shape(),
+        _ => {{name}}::saga::definition(inventory).shape(),
+    }
 }
 
+/// Every version the service drives has its matrix: version 2's cases as
+/// `<step>::<fault>`, version 1's (until it is deleted) as `v1::<step>::<fault>`.
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
-    libtest_mimic::run(&args, testing::trials("", &shape(), run_case)).exit();
+    let mut trials = testing::trials("", &shape(2), |case| run_case(case, 2));
+    trials.extend(testing::trials("v1::", &shape(1), |case| run_case(case, 1)));
+    libtest_mimic::run(&args, trials).exit();
 }
