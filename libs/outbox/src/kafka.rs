@@ -90,6 +90,11 @@ pub fn dlq_topic(topic: &str) -> String {
 /// A librdkafka config: the brokers, the security settings, then `defaults`, then
 /// the extra properties from the settings (which may override a default).
 pub fn client_config(kafka: &KafkaSettings, defaults: &[(&str, &str)]) -> ClientConfig {
+    // OpenSSL initialised before librdkafka first uses it, without the exit handler that
+    // it registers otherwise: that handler frees OpenSSL's state at process exit while
+    // librdkafka's threads of a client not yet closed may still be in a TLS read, and
+    // the process dies of SIGSEGV after its work is done (seen once in a test run).
+    openssl_sys::init();
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &kafka.brokers);
     for (key, value) in kafka.security_properties() {
