@@ -7,9 +7,16 @@ CREATE TABLE items (
     name       TEXT NOT NULL,
     -- PENDING while the item's claim saga (src/saga.rs) runs, then ACTIVE or REJECTED.
     status     TEXT NOT NULL DEFAULT 'PENDING' CHECK (status IN ('PENDING', 'ACTIVE', 'REJECTED')),
-    -- When its claim saga ended ACTIVE (version 2 of the saga; NULL for version 1's claims).
-    activated_at TIMESTAMPTZ,
     created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- When an item's claim ended ACTIVE: written by version 2 of the claim saga
+-- (`stamp_activation`). A row of its own, not a column of `items`: the saga's end updates
+-- the item in the same statement, and PostgreSQL applies only one of two updates of one
+-- row in one statement.
+CREATE TABLE item_activations (
+    item_id      UUID PRIMARY KEY REFERENCES items (id),
+    activated_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 
 -- A read model fed by the consumer (src/events.rs): orders confirmed elsewhere.

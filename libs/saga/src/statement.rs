@@ -22,6 +22,12 @@
 //! `DELETE .. USING guard`): a host part cannot leave it out. A part that
 //! must not be guarded says so with [`Statement::unguarded`].
 //!
+//! **One write per row.** All parts run as one statement, on one snapshot: PostgreSQL
+//! applies only one of two updates of the same row (which one is not defined), and no part
+//! sees another's changes. A step's `record` and the saga's `on_end`, committed together
+//! when the step ends the saga, must therefore not both update one row: put one of them in
+//! a row of its own, or write both changes in one part.
+//!
 //! Placeholders are numbered in the order values are bound, so the same
 //! sequence of parts gives the same SQL text, which sqlx prepares once per
 //! connection.

@@ -139,6 +139,7 @@ Example:
   sagaworks-admin sagas drain 1 --timeout 30m")]
     Drain {
         /// The version to drain.
+        #[arg(id = "saga_version", value_name = "VERSION")]
         version: u32,
         /// How long to wait: seconds, or with a unit (90s, 15m, 2h).
         #[arg(long, value_name = "SECS", value_parser = parse_secs, default_value = "600")]

@@ -151,8 +151,8 @@ impl Action<ClaimUnit> for ActivateItem {
     }
 }
 
-/// Local, version 2: records when the item became active, in the statement that ends
-/// the saga.
+/// Local, version 2: records when the item became active (`item_activations`), in the
+/// statement that ends the saga.
 pub struct StampActivation;
 
 impl Action<ClaimUnit> for StampActivation {
@@ -164,10 +164,11 @@ impl Action<ClaimUnit> for StampActivation {
         Ok(())
     }
 
+    /// A row of its own: [`ClaimUnit::on_end`] updates the item in the same statement.
     fn record(&self, ctx: &StepContext<'_, ClaimUnit>, _: &(), w: &mut Statement) -> Result<(), StepError> {
         let id = w.bind(ctx.input().item_id);
         w.guarded("item_stamp", |g| {
-            g.update("items").set("activated_at = now()").filter(format!("items.id = {id}"))
+            g.insert("item_activations (item_id)").select(id.to_string()).then("ON CONFLICT DO NOTHING")
         });
         Ok(())
     }

@@ -191,7 +191,7 @@ mod tests {
         assert_eq!(doc["components"]["securitySchemes"]["bearerAuth"]["scheme"], "bearer");
         assert_eq!(doc["security"][0]["bearerAuth"], serde_json::json!([]));
         let paths = doc["paths"].as_object().unwrap();
-        assert_eq!(paths.len(), 19);
+        assert_eq!(paths.len(), 20);
         for (path, item) in paths {
             for (method, op) in item.as_object().unwrap() {
                 for code in ["401", "403", "429", "503"] {
