@@ -99,10 +99,12 @@ async fn a_saga_stuck_on_a_participant_outage_is_found_and_retried_now_to_confir
     assert!(stuck["last_error"].as_str().is_some_and(|e| !e.is_empty()), "why it is stuck: {stuck}");
     assert!(stuck["idle_secs"].is_number() && stuck["age_secs"].is_number(), "{stuck}");
     let saga_id = stuck["saga_id"].as_str().unwrap().to_string();
-    // The gauge counts it too.
+    // The gauges count it too: stuck, and unfinished on the version it started on.
     sagaworks_test_support::eventually("saga_stuck on /metrics", Duration::from_secs(20), || async {
         let text = faults::metrics(stack.order.http_port).await;
-        (faults::sample(&text, "saga_stuck{saga=\"place_order\"}") == Some(1.0)).then_some(())
+        (faults::sample(&text, "saga_stuck{saga=\"place_order\"}") == Some(1.0)
+            && faults::sample(&text, "saga_unfinished{saga=\"place_order\",version=\"1\"}") == Some(1.0))
+        .then_some(())
     })
     .await;
     let (_, running) = stack.get("/v1/admin/sagas?status=RUNNING&step=reserve_stock").await;

@@ -3,7 +3,8 @@
 //! ([`Engine::register`]).
 //!
 //! Every instance records the version it started on; a driver reads it through that
-//! version's definition, whatever the newest is. New instances start on the newest.
+//! version's definition, whatever the newest is. New instances start on the newest, or
+//! on `saga.start_version` ([`Engine::versions`] says which).
 //! `saga_versions` keeps, per saga and version, the fingerprint of the shape the
 //! version had when a host first registered it (docs/design.md, "Changing a saga").
 
@@ -19,7 +20,7 @@ use std::collections::BTreeMap;
 /// Versions::new(place_order_v2(..)).and(place_order_v1(..))
 /// ```
 pub struct Versions<S: Saga> {
-    /// Newest first.
+    /// As declared; [`Versions::sorted`] puts the newest first.
     pub(crate) definitions: Vec<Definition<S>>,
 }
 
