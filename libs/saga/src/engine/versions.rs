@@ -86,6 +86,30 @@ pub struct VersionStatus {
     pub starts_new: bool,
 }
 
+/// Per version of saga `saga` that is recorded in `saga_versions` or has an unfinished
+/// instance: its unfinished instances and its recorded fingerprint.
+async fn recorded<'c>(
+    db: impl sqlx::PgExecutor<'c>,
+    saga: &str,
+) -> Result<BTreeMap<i32, (i64, Option<String>)>, sqlx::Error> {
+    Ok(sqlx::query_as::<_, (i32, i64, Option<String>)>(
+        "WITH unfinished AS (
+             SELECT version, count(*) AS n FROM saga_instances
+             WHERE saga_type = $1 AND status IN ('RUNNING', 'COMPENSATING') GROUP BY version)
+         SELECT v.version, COALESCE(u.n, 0), r.fingerprint
+         FROM (SELECT version FROM saga_versions WHERE saga_type = $1
+               UNION SELECT version FROM unfinished) v
+         LEFT JOIN unfinished u ON u.version = v.version
+         LEFT JOIN saga_versions r ON r.saga_type = $1 AND r.version = v.version",
+    )
+    .bind(saga)
+    .fetch_all(db)
+    .await?
+    .into_iter()
+    .map(|(v, n, f)| (v, (n, f)))
+    .collect())
+}
+
 fn counts(versions: &BTreeMap<i32, i64>) -> String {
     versions.iter().map(|(v, n)| format!("v{v}: {n}")).collect::<Vec<_>>().join(", ")
 }
@@ -95,24 +119,9 @@ impl<S: Saga> Engine<S> {
     /// unfinished instance started on: newest first, with its unfinished instances. A
     /// version at 0 that does not start new instances is drained: its code may go.
     pub async fn versions(&self) -> Result<Vec<VersionStatus>, sqlx::Error> {
-        let mut rows: BTreeMap<i32, (i64, String)> = sqlx::query_as::<_, (i32, i64, Option<String>)>(
-            "WITH unfinished AS (
-                 SELECT version, count(*) AS n FROM saga_instances
-                 WHERE saga_type = $1 AND status IN ('RUNNING', 'COMPENSATING') GROUP BY version)
-             SELECT v.version, COALESCE(u.n, 0), r.fingerprint
-             FROM (SELECT version FROM saga_versions WHERE saga_type = $1
-                   UNION SELECT version FROM unfinished) v
-             LEFT JOIN unfinished u ON u.version = v.version
-             LEFT JOIN saga_versions r ON r.saga_type = $1 AND r.version = v.version",
-        )
-        .bind(S::NAME)
-        .fetch_all(self.pool())
-        .await?
-        .into_iter()
-        .map(|(v, n, f)| (v, (n, f.unwrap_or_default())))
-        .collect();
+        let mut rows = recorded(self.pool(), S::NAME).await?;
         for def in self.definitions() {
-            rows.entry(def.version() as i32).or_insert((0, String::new()));
+            rows.entry(def.version() as i32).or_insert((0, None));
         }
         let starting = self.definition().version();
         Ok(rows
@@ -121,7 +130,7 @@ impl<S: Saga> Engine<S> {
             .map(|(version, (unfinished, fingerprint))| VersionStatus {
                 version: version.max(0) as u32,
                 unfinished: unfinished.max(0) as u64,
-                fingerprint,
+                fingerprint: fingerprint.unwrap_or_default(),
                 registered: self.definition_of(version).is_some(),
                 starts_new: version as u32 == starting,
             })
@@ -140,19 +149,11 @@ impl<S: Saga> Engine<S> {
             .bind(S::NAME)
             .execute(&mut *tx)
             .await?;
-        let unfinished: BTreeMap<i32, i64> = sqlx::query_as::<_, (i32, i64)>(
-            "SELECT version, count(*) FROM saga_instances
-             WHERE saga_type = $1 AND status IN ('RUNNING', 'COMPENSATING') GROUP BY version",
-        )
-        .bind(S::NAME)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .collect();
-        let unregistered: BTreeMap<i32, i64> = unfinished
+        let recorded = recorded(&mut *tx, S::NAME).await?;
+        let unregistered: BTreeMap<i32, i64> = recorded
             .iter()
-            .filter(|(v, _)| self.definition_of(**v).is_none())
-            .map(|(v, n)| (*v, *n))
+            .filter(|(v, (n, _))| *n > 0 && self.definition_of(**v).is_none())
+            .map(|(v, (n, _))| (*v, *n))
             .collect();
         if !unregistered.is_empty() {
             if !force {
@@ -165,17 +166,10 @@ impl<S: Saga> Engine<S> {
             let version = def.version() as i32;
             let now = def.fingerprint();
             let shape = serde_json::to_value(def.shape()).unwrap_or_default();
-            let stored: Option<String> = sqlx::query_scalar(
-                "SELECT fingerprint FROM saga_versions WHERE saga_type = $1 AND version = $2",
-            )
-            .bind(S::NAME)
-            .bind(version)
-            .fetch_optional(&mut *tx)
-            .await?;
+            let (count, stored) = recorded.get(&version).cloned().unwrap_or((0, None));
             match stored {
                 Some(stored) if stored == now => continue,
                 Some(stored) => {
-                    let count = unfinished.get(&version).copied().unwrap_or(0);
                     if count > 0 && !force {
                         return Err(VersionError::ShapeChanged {
                             saga: S::NAME,
