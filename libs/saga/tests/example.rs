@@ -1074,20 +1074,16 @@ fn other_trials() -> Vec<libtest_mimic::Trial> {
     ]
 }
 
-/// The definition's shape, which needs no database: a lazy pool never connects.
-fn shape() -> sagaworks_saga::Shape {
+/// A definition's shape, which needs no database: a lazy pool never connects.
+fn shape_of(definition: impl FnOnce(&PgPool) -> Definition<Purchase>) -> sagaworks_saga::Shape {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let _guard = runtime.enter();
     let pool = sqlx::PgPool::connect_lazy("postgres://unused").expect("a lazy pool");
     definition(&pool).shape()
 }
 
-/// Version 2's shape, likewise.
-fn shape_v2() -> sagaworks_saga::Shape {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-    let _guard = runtime.enter();
-    let pool = sqlx::PgPool::connect_lazy("postgres://unused").expect("a lazy pool");
-    definition_v2(&pool, 2).shape()
+fn shape() -> sagaworks_saga::Shape {
+    shape_of(definition)
 }
 
 /// A version 1 instance stopped dead at `crash_point` (with `faults`) by a v1-only
@@ -1275,7 +1271,7 @@ fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = testing::trials("matrix::", &shape(), run_case);
     // Every registered version has its matrix.
-    trials.extend(testing::trials("matrix_v2::", &shape_v2(), run_case_v2));
+    trials.extend(testing::trials("matrix_v2::", &shape_of(|pool| definition_v2(pool, 2)), run_case_v2));
     trials.extend(version_trials());
     trials.extend(other_trials());
     trials.extend(operator_trials());
