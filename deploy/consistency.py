@@ -103,6 +103,12 @@ class Service:
 #: tests/deploy.rs read too.
 SERVICES_TOML = Path(__file__).resolve().parent.parent / "services.toml"
 SERVICE_KINDS = ("backend", "gateway")
+#: Linux's default ephemeral ports start here (net.ipv4.ip_local_port_range): the kernel
+#: gives them to outgoing connections, so a fixed listening port at or above it can be taken
+#: at the moment a service starts (a broker's connection held 50052 once). Every service port,
+#: and its replicas' (scripts/lib/services.sh: +100 each, at most MAX_REPLICAS), stays below.
+EPHEMERAL_PORTS_START = 32768
+MAX_REPLICAS = 9
 _SERVICE_KEYS = {
     "name", "kind", "http_port", "grpc_port", "database", "topics", "consumes", "operates_dead_letters", "calls", "rpcs",
 }
@@ -140,6 +146,9 @@ def load_services(path: Path = SERVICES_TOML) -> dict[str, Service]:
         for port in (http,) if grpc is None else (http, grpc):
             if not isinstance(port, int) or not 0 < port < 65536 or port in seen_ports:
                 raise ValueError(f"{where}: port {port!r} is no port or is used by {seen_ports.get(port)}")
+            if port + 100 * (MAX_REPLICAS - 1) >= EPHEMERAL_PORTS_START:
+                raise ValueError(f"{where}: port {port} (or a replica's, +100 each) reaches Linux's ephemeral "
+                                 f"range ({EPHEMERAL_PORTS_START}-): an outgoing connection could hold it")
             seen_ports[port] = name
         database = None
         if db is not None:

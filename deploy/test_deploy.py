@@ -98,10 +98,10 @@ class ConsistencyTest(unittest.TestCase):
 
     def test_publishing_a_grpc_port_fails(self) -> None:
         compose = copy.deepcopy(self.compose)
-        compose["services"]["order"]["ports"] = ["50051:50051"]
+        compose["services"]["order"]["ports"] = ["7081:7081"]
         failures = self.failures(compose=compose)
-        self.assert_fails(failures, "compose/order: gRPC port 50051 must not be published")
-        self.assert_fails(failures, "compose: order publishes container port 50051")
+        self.assert_fails(failures, "compose/order: gRPC port 7081 must not be published")
+        self.assert_fails(failures, "compose: order publishes container port 7081")
 
     def test_unknown_or_foreign_config_key_fails(self) -> None:
         compose = copy.deepcopy(self.compose)
@@ -136,19 +136,19 @@ class ConsistencyTest(unittest.TestCase):
 
     def test_wrong_port_or_client_url_fails(self) -> None:
         compose = copy.deepcopy(self.compose)
-        compose["services"]["payment"]["environment"]["APP_GRPC__PORT"] = "50052"
-        compose["services"]["order"]["environment"]["APP_PAYMENT__URL"] = "https://payment:50052"
+        compose["services"]["payment"]["environment"]["APP_GRPC__PORT"] = "7082"
+        compose["services"]["order"]["environment"]["APP_PAYMENT__URL"] = "https://payment:7082"
         failures = self.failures(compose=compose)
-        self.assert_fails(failures, "compose/payment: APP_GRPC__PORT must be 50053")
-        self.assert_fails(failures, "compose/order: APP_PAYMENT__URL must be https://payment:50053")
+        self.assert_fails(failures, "compose/payment: APP_GRPC__PORT must be 7083")
+        self.assert_fails(failures, "compose/order: APP_PAYMENT__URL must be https://payment:7083")
 
     def test_plaintext_grpc_missing_tls_or_a_public_port_fails(self) -> None:
         compose = copy.deepcopy(self.compose)
-        compose["services"]["order"]["environment"]["APP_INVENTORY__URL"] = "http://inventory:50052"
+        compose["services"]["order"]["environment"]["APP_INVENTORY__URL"] = "http://inventory:7082"
         del compose["services"]["payment"]["environment"]["APP_TLS__KEY_FILE"]
         compose["services"]["gateway"]["ports"] = ["8080:8080"]
         failures = self.failures(compose=compose)
-        self.assert_fails(failures, "compose/order: APP_INVENTORY__URL must be https://inventory:50052")
+        self.assert_fails(failures, "compose/order: APP_INVENTORY__URL must be https://inventory:7082")
         self.assert_fails(failures, "compose/payment: APP_TLS__KEY_FILE not set (mutual TLS between the services)")
         self.assert_fails(failures, "compose: gateway publishes '8080:8080' beyond 127.0.0.1")
 
@@ -183,7 +183,7 @@ class ConsistencyTest(unittest.TestCase):
             "kind": "NetworkPolicy",
             "metadata": {"name": "too-open"},
             "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "service"}},
-                     "ingress": [{"ports": [{"port": 50052}]}]},
+                     "ingress": [{"ports": [{"port": 7082}]}]},
         })
         self.assert_fails(self.failures(k8s=k8s), "prod/inventory: gRPC ingress must admit exactly")
 
@@ -458,7 +458,7 @@ class ConsistencyTest(unittest.TestCase):
         configmap = next(d for d in k8s["dev"] if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("prometheus-config-"))
         config = yaml.safe_load(configmap["data"]["prometheus.yml"])
         config["global"]["scrape_interval"] = "30s"
-        config["scrape_configs"][1]["dns_sd_configs"][0]["port"] = 50051
+        config["scrape_configs"][1]["dns_sd_configs"][0]["port"] = 7081
         config["scrape_configs"][2]["dns_sd_configs"][0]["names"] = ["inventory"]
         configmap["data"]["prometheus.yml"] = yaml.safe_dump(config)
         failures = self.failures(k8s=k8s)
@@ -526,7 +526,9 @@ class ServicesFileTest(unittest.TestCase):
             "unknown keys": good.replace('kind = "gateway"', 'kind = "gateway"\ngrcp_port = 1'),
             "used by": good.replace("http_port = 8080", "http_port = 8081"),
             "listed before it": good + '\n[[service]]\nname = "x"\nkind = "gateway"\nhttp_port = 1\ncalls = ["y"]\n',
-            "a backend has a grpc_port": good.replace("grpc_port = 50053\n", ""),
+            "a backend has a grpc_port": good.replace("grpc_port = 7083\n", ""),
+            "ephemeral": good.replace("grpc_port = 7083", "grpc_port = 50053"),
+            "a replica's": good.replace("http_port = 8080", "http_port = 32000"),
             "the name must be": good + '\n[[service]]\nname = "order"\nkind = "gateway"\nhttp_port = 2\n',
             "another publisher": good.replace('topics = ["order"]', 'topics = ["order", "payment"]'),
         }

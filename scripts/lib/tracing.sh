@@ -49,7 +49,7 @@
 #   SW_JAEGER_HEALTH_PORT      13134    Jaeger: healthcheckv2, GET /status
 #   SW_JAEGER_METRICS_PORT     8889     Jaeger: own metrics, GET /metrics
 #
-# None of them is a port of services.toml (HTTP 8080-8083 and gRPC 50051-50053, +100 per
+# None of them is a port of services.toml (HTTP 8080-8083 and gRPC 7081-7083, +100 per
 # extra replica), Kafka's (9092 and the few after it) or PostgreSQL's (5432). SW_TRACING_READY_SECS (default 30):
 # how long to wait for each to be healthy. A port already taken by another process stops
 # sw_tracing_start with a message instead of starting something that cannot listen.

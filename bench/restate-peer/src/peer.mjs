@@ -23,7 +23,7 @@
 // sagaworks. The event id is drawn from Restate's deterministic random: a replayed publish sends
 // the same id, which inventory's inbox dedupes.
 //
-// Environment: PEER_PORT (9080), INVENTORY_URL (127.0.0.1:50052), PAYMENT_URL (127.0.0.1:50053),
+// Environment: PEER_PORT (9080), INVENTORY_URL (127.0.0.1:7082), PAYMENT_URL (127.0.0.1:7083),
 // KAFKA_BROKERS (127.0.0.1:9092; empty: publish nothing), TOPIC_PREFIX (sagaworks),
 // PROTO_DIR (../../proto from this file).
 
@@ -65,10 +65,10 @@ function load(file) {
 const inventoryPkg = load("inventory.proto").sagaworks.inventory.v1;
 const paymentPkg = load("payment.proto").sagaworks.payment.v1;
 const inventory = new inventoryPkg.InventoryService(
-    env("INVENTORY_URL", "127.0.0.1:50052"),
+    env("INVENTORY_URL", "127.0.0.1:7082"),
     grpc.credentials.createInsecure(),
 );
-const payment = new paymentPkg.PaymentService(env("PAYMENT_URL", "127.0.0.1:50053"), grpc.credentials.createInsecure());
+const payment = new paymentPkg.PaymentService(env("PAYMENT_URL", "127.0.0.1:7083"), grpc.credentials.createInsecure());
 
 /// Answers the participants give for a business refusal (libs/saga/src/grpc.rs: `Rejected`):
 /// final, not retried. Anything else may be a transport problem and is retried.
@@ -242,7 +242,7 @@ const orderSaga = restate.object({
 });
 
 const port = await restate.endpoint().bind(orderSaga).listen(PORT);
-console.log(`restate-peer: OrderSaga on :${port}, inventory ${env("INVENTORY_URL", "127.0.0.1:50052")}, payment ${env("PAYMENT_URL", "127.0.0.1:50053")}, events ${BROKERS ? `${TOPIC} on ${BROKERS}` : "off"}`);
+console.log(`restate-peer: OrderSaga on :${port}, inventory ${env("INVENTORY_URL", "127.0.0.1:7082")}, payment ${env("PAYMENT_URL", "127.0.0.1:7083")}, events ${BROKERS ? `${TOPIC} on ${BROKERS}` : "off"}`);
 for (const signal of ["SIGINT", "SIGTERM"]) {
     process.on(signal, async () => {
         await producer?.disconnect().catch(() => {});

@@ -387,7 +387,7 @@ mod tests {
         let bad = ClientSettings::with_url("not a url");
         assert!(matches!(channel("inventory", &bad, None), Err(ResilienceError::InvalidUrl { .. })));
         // Without TLS an https URL, with TLS an http one, would not be what the operator meant.
-        let https = ClientSettings::with_url("https://127.0.0.1:50052");
+        let https = ClientSettings::with_url("https://127.0.0.1:7082");
         let err = channel("inventory", &https, None).unwrap_err();
         assert!(err.to_string().contains("must start with http://"), "{err}");
     }

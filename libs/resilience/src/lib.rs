@@ -47,7 +47,7 @@
 //!
 //! | key | default | env (section `inventory`) |
 //! |---|---|---|
-//! | `url` | `http://127.0.0.1:50051` | `APP_INVENTORY__URL` |
+//! | `url` | `http://127.0.0.1:7081` | `APP_INVENTORY__URL` |
 //! | `timeout_ms` (per attempt) | 2000 | `APP_INVENTORY__TIMEOUT_MS` |
 //! | `connect_timeout_ms` | 1000 | `APP_INVENTORY__CONNECT_TIMEOUT_MS` |
 //! | `routes.<Method or /pkg.Svc/Method>` (ms) | none | `APP_INVENTORY__ROUTES__RESERVESTOCK`¹ |

@@ -14,7 +14,7 @@ use std::time::Duration;
 #[serde(default)]
 pub struct ClientSettings {
     /// `http://host:port` of the downstream gRPC server; several, comma-separated
-    /// (`http://a:50051,http://b:50051`), are replicas of it, and calls are
+    /// (`http://a:7081,http://b:7081`), are replicas of it, and calls are
     /// balanced over them (power of two choices over their connections' load).
     pub url: String,
     /// Per-attempt timeout unless `routes` names the method.
@@ -34,7 +34,7 @@ pub struct ClientSettings {
 impl Default for ClientSettings {
     fn default() -> Self {
         Self {
-            url: "http://127.0.0.1:50051".into(),
+            url: "http://127.0.0.1:7081".into(),
             timeout_ms: 2_000,
             connect_timeout_ms: 1_000,
             routes: BTreeMap::new(),

@@ -34,7 +34,7 @@ impl Default for Settings {
         Self {
             environment: Environment::default(),
             tls: TlsSettings::default(),
-            grpc: ListenSettings::new("127.0.0.1", 50052),
+            grpc: ListenSettings::new("127.0.0.1", 7082),
             http: ListenSettings::new("127.0.0.1", 8082),
             database: DatabaseSettings {
                 url: "postgres://inventory_svc@127.0.0.1:5432/sagaworks_inventory".into(),

@@ -45,7 +45,7 @@ impl Default for Settings {
         Self {
             environment: Environment::default(),
             tls: TlsSettings::default(),
-            grpc: ListenSettings::new("127.0.0.1", 50051),
+            grpc: ListenSettings::new("127.0.0.1", 7081),
             http: ListenSettings::new("127.0.0.1", 8081),
             database: DatabaseSettings {
                 url: "postgres://order_svc@127.0.0.1:5432/sagaworks_order".into(),
@@ -67,8 +67,8 @@ impl Default for Settings {
                 sources: sagaworks_mtls::topic_sources(),
                 ..Default::default()
             },
-            inventory: ClientSettings::with_url("http://127.0.0.1:50052"),
-            payment: ClientSettings::with_url("http://127.0.0.1:50053"),
+            inventory: ClientSettings::with_url("http://127.0.0.1:7082"),
+            payment: ClientSettings::with_url("http://127.0.0.1:7083"),
             saga: SagaSettings::default(),
             dead_letters: DeadLetterSettings {
                 topics: vec!["order", "reservation", "payment"].into_iter().map(String::from).collect(),

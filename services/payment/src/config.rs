@@ -32,7 +32,7 @@ impl Default for Settings {
         Self {
             environment: Environment::default(),
             tls: TlsSettings::default(),
-            grpc: ListenSettings::new("127.0.0.1", 50053),
+            grpc: ListenSettings::new("127.0.0.1", 7083),
             http: ListenSettings::new("127.0.0.1", 8083),
             database: DatabaseSettings {
                 url: "postgres://payment_svc@127.0.0.1:5432/sagaworks_payment".into(),

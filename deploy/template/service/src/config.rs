@@ -57,7 +57,7 @@ impl Default for Settings {
                 sources: sagaworks_mtls::topic_sources(),
                 ..Default::default()
             },
-            inventory: ClientSettings::with_url("http://127.0.0.1:50052"),
+            inventory: ClientSettings::with_url("http://127.0.0.1:7082"),
             saga: SagaSettings::default(),
             fault: FaultSettings::default(),
         }
