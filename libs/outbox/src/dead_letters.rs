@@ -186,7 +186,7 @@ pub struct DeadLetter {
     pub original: Option<Position>,
     /// The consumer group that dead-lettered it.
     pub group: Option<String>,
-    /// Why it was parked (`dlq_reason`: see [`crate::DlqReason`]); none on
+    /// Why it was parked (`dlq_reason`: `invalid_envelope`, `rejected`, `retries_exhausted`, `unsupported_schema_version` or `untrusted_source`); none on
     /// messages parked before the header existed.
     pub reason: Option<String>,
     pub error: String,

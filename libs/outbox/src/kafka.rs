@@ -41,7 +41,7 @@ pub mod headers {
     /// The CloudEvents version written into `ce_specversion`.
     pub const SPECVERSION: &str = "1.0";
 
-    /// Why the message was parked: one of [`crate::consumer::DlqReason`]'s labels.
+    /// Why the message was parked: `invalid_envelope`, `rejected`, `retries_exhausted`, `unsupported_schema_version` or `untrusted_source`.
     pub const DLQ_REASON: &str = "dlq_reason";
     pub const DLQ_ERROR: &str = "dlq_error";
     pub const DLQ_ATTEMPTS: &str = "dlq_attempts";

@@ -99,7 +99,7 @@ mod wake;
 mod writer;
 
 pub use consumer::{
-    Consumer, ConsumerSettings, DlqReason, EnvelopeError, Handler, HandlerError, ReceivedEvent,
+    Consumer, ConsumerSettings, Handler, HandlerError, ReceivedEvent,
     UnsupportedVersionPolicy,
 };
 pub use crash::{ConsumerCrashPoint, RelayCrashPoint};

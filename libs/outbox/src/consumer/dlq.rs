@@ -5,7 +5,7 @@ use super::process::Outcome;
 use super::worker::Interrupted;
 use super::{Consumer, Handler, HandlerError, ReceivedEvent, UnsupportedVersionPolicy};
 #[cfg(doc)]
-use super::{ConsumerSettings, EnvelopeError};
+use super::ConsumerSettings;
 use crate::backoff::Backoff;
 use crate::kafka::{self, headers};
 use crate::metrics as m;
@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Why a message was dead-lettered: the `dlq_reason` header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DlqReason {
-    /// Not a CloudEvent ([`EnvelopeError`]).
+pub(crate) enum DlqReason {
+    /// Not a CloudEvent (a header missing or invalid).
     InvalidEnvelope,
     /// The handler said it will never succeed ([`HandlerError::Permanent`]).
     Rejected,
@@ -30,7 +30,7 @@ pub enum DlqReason {
 }
 
 impl DlqReason {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Self::InvalidEnvelope => "invalid_envelope",
             Self::Rejected => "rejected",

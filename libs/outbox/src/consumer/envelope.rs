@@ -40,7 +40,7 @@ impl ReceivedEvent {
     }
 
     /// Reads the CloudEvents binary-mode envelope of `msg`.
-    pub fn from_message(msg: &OwnedMessage) -> Result<Self, EnvelopeError> {
+    pub(crate) fn from_message(msg: &OwnedMessage) -> Result<Self, EnvelopeError> {
         let headers: Vec<(String, Vec<u8>)> = msg
             .headers()
             .map(|h| h.iter().map(|x| (x.key.to_string(), x.value.unwrap_or_default().to_vec())).collect())
@@ -93,7 +93,7 @@ impl ReceivedEvent {
 
 /// Why a message is not a CloudEvent (it is dead-lettered).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EnvelopeError {
+pub(crate) enum EnvelopeError {
     #[error("header {0} is missing")]
     Missing(&'static str),
     #[error("header {0} is invalid: {1:?}")]

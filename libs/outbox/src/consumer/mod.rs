@@ -8,8 +8,7 @@ mod process;
 mod settings;
 mod worker;
 
-pub use dlq::DlqReason;
-pub use envelope::{EnvelopeError, ReceivedEvent};
+pub use envelope::ReceivedEvent;
 pub use handler::{Handler, HandlerError};
 pub use settings::{ConsumerSettings, UnsupportedVersionPolicy};
 pub use worker::Consumer;

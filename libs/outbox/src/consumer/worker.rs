@@ -71,8 +71,8 @@ pub(super) struct Interrupted;
 /// A [`HandlerError::Retryable`] (or a database error) is retried with
 /// exponential backoff and full jitter, up to `max_attempts` in all; then,
 /// like a [`HandlerError::Permanent`] at once, the message goes to
-/// `<topic>.dlq` with the `dlq_*` headers (`dlq_reason` says why: see
-/// [`DlqReason`]) and the offset is marked, so the
+/// `<topic>.dlq` with the `dlq_*` headers (`dlq_reason` says why:
+/// `invalid_envelope`, `rejected`, `retries_exhausted`, `unsupported_schema_version` or `untrusted_source`) and the offset is marked, so the
 /// partition moves on. The DLQ send is awaited and retried until it is acked:
 /// an offset is never committed for a message that is neither handled nor
 /// dead-lettered. Keep the total retry time (`retry_max_ms` x attempts) well
@@ -98,7 +98,6 @@ pub(super) struct Interrupted;
 /// [`ReceivedEvent`]: crate::ReceivedEvent
 /// [`HandlerError::Retryable`]: crate::HandlerError::Retryable
 /// [`HandlerError::Permanent`]: crate::HandlerError::Permanent
-/// [`DlqReason`]: crate::DlqReason
 pub struct Consumer<H> {
     pub(super) pool: PgPool,
     pub(super) kafka: KafkaSettings,
