@@ -100,7 +100,7 @@ class Service:
 
 
 #: The one list of services, which the scripts (scripts/lib/services.sh) and
-#: tests/deploy.rs read too.
+#: tests/system/deploy.rs read too.
 SERVICES_TOML = Path(__file__).resolve().parent.parent / "services.toml"
 SERVICE_KINDS = ("backend", "gateway")
 #: Linux's default ephemeral ports start here (net.ipv4.ip_local_port_range): the kernel

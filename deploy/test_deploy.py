@@ -490,7 +490,7 @@ class ConsistencyTest(unittest.TestCase):
 
 
 class ServicesFileTest(unittest.TestCase):
-    """services.toml, the one list of services the scripts, these checks and tests/deploy.rs read."""
+    """services.toml, the one list of services the scripts, these checks and tests/system/deploy.rs read."""
 
     def test_services_toml_names_exactly_the_service_directories(self) -> None:
         directories = {p.name for p in (ROOT / "services").iterdir() if p.is_dir()}

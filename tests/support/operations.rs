@@ -1,4 +1,4 @@
-//! What the operations tests (`tests/operations.rs`, `tests/inspector.rs`)
+//! What the operations tests (`tests/system/operations.rs`, `tests/system/inspector.rs`)
 //! need to find: a saga stuck as it would be in production, and messages a
 //! consumer cannot handle.
 

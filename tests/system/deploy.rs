@@ -98,7 +98,7 @@ fn services() -> Vec<Service> {
             "inventory" => Service::of::<inventory::config::Settings>(name, http, grpc),
             "payment" => Service::of::<payment::config::Settings>(name, http, grpc),
             other => panic!(
-                "services.toml names {other}: add its Settings to tests/deploy.rs's services() \
+                "services.toml names {other}: add its Settings to tests/system/deploy.rs's services() \
                  and a compose_and_k8s_env_of_{other}_loads_into_its_settings test"
             ),
         }
