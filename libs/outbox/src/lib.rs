@@ -99,8 +99,7 @@ mod wake;
 mod writer;
 
 pub use consumer::{
-    Consumer, ConsumerSettings, Handler, HandlerError, ReceivedEvent,
-    UnsupportedVersionPolicy,
+    Consumer, ConsumerSettings, Handler, HandlerError, ReceivedEvent, UnsupportedVersionPolicy,
 };
 pub use crash::{ConsumerCrashPoint, RelayCrashPoint};
 pub use dead_letters::{DeadLetterError, DeadLetterSettings, DeadLetters};

@@ -1,11 +1,11 @@
 //! Retries and the dead-letter topic: what happens to a message that was not
 //! handled.
 
+#[cfg(doc)]
+use super::ConsumerSettings;
 use super::process::Outcome;
 use super::worker::Interrupted;
 use super::{Consumer, Handler, HandlerError, ReceivedEvent, UnsupportedVersionPolicy};
-#[cfg(doc)]
-use super::ConsumerSettings;
 use crate::backoff::Backoff;
 use crate::kafka::{self, headers};
 use crate::metrics as m;
