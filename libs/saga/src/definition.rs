@@ -3,7 +3,8 @@
 //!
 //! The builder only offers what is allowed where it stands, so a misdeclared
 //! saga does not compile: before the pivot every step comes with its
-//! compensation ([`Builder::compensatable`]); the pivot may have one
+//! compensation ([`Builder::compensatable`]) or says it changes nothing
+//! ([`Builder::check`]); the pivot may have one
 //! ([`Builder::pivot`], [`Builder::pivot_compensatable`]); after it, steps
 //! have none ([`Builder::retriable`]) and a definition without a pivot cannot
 //! be built. What only a value can show (names, duplicates, retry counts) is
@@ -81,6 +82,9 @@ use std::time::Duration;
 pub enum StepKind {
     /// Before the pivot: has a compensation.
     Compensatable,
+    /// Before the pivot, changes nothing (a read or a validation), so has no
+    /// compensation: its rejection or failure undoes the steps before it.
+    Check,
     /// The point of no return. May have a compensation, run when the pivot
     /// failed in a way that may have had an effect.
     Pivot,
@@ -209,7 +213,7 @@ impl<S: Saga> StepDef<S> {
     pub(crate) fn has_deadline(&self) -> bool {
         !self.local
             && match self.kind {
-                StepKind::Compensatable => true,
+                StepKind::Compensatable | StepKind::Check => true,
                 StepKind::Pivot => self.compensation.is_some(),
                 StepKind::Retriable => false,
             }
@@ -394,6 +398,16 @@ impl<S: Saga> Builder<S, BeforePivot> {
         self.push(StepKind::Compensatable, action, undo(compensation))
     }
 
+    /// A step before the pivot that changes nothing: a read or a validation
+    /// (is the customer's account open?), so there is nothing to undo. Its
+    /// rejection, or its failure once its attempts are spent, compensates the
+    /// steps before it. The type cannot see that `action` changes nothing:
+    /// declaring a step with an effect here leaves that effect in place when
+    /// the saga compensates.
+    pub fn check<A: Action<S>>(self, action: A) -> Self {
+        self.push(StepKind::Check, action, None)
+    }
+
     /// The pivot, without a compensation: a failure of it that may have had
     /// an effect is retried (it is idempotent) until it succeeds or is
     /// rejected; a rejection compensates the steps before it.
@@ -495,6 +509,7 @@ impl Shape {
             if s.name == name {
                 Some(match s.kind {
                     StepKind::Compensatable => "compensatable",
+                    StepKind::Check => "check",
                     StepKind::Pivot => "pivot",
                     StepKind::Retriable => "retriable",
                 })

@@ -274,7 +274,8 @@ mod tests {
         local: bool,
     ) -> StepShape {
         let deadline = !local
-            && (kind == StepKind::Compensatable || (kind == StepKind::Pivot && compensation.is_some()));
+            && (matches!(kind, StepKind::Compensatable | StepKind::Check)
+                || (kind == StepKind::Pivot && compensation.is_some()));
         StepShape { name, kind, local, compensation, max_attempts: 1, deadline }
     }
 
@@ -356,5 +357,23 @@ mod tests {
             ]
         );
         assert_eq!(after.len(), before + ship.len());
+    }
+
+    #[test]
+    fn a_check_undoes_only_the_steps_before_it() {
+        let mut shape = order_shape();
+        shape.steps.insert(0, step("check_account", StepKind::Check, None, false));
+        shape.steps.insert(2, step("check_limit", StepKind::Check, None, false));
+        let cases = cases(&shape);
+        for fault in ["rejected", "failed_after_call", "deadline_passed"] {
+            let first = find(&cases, &format!("check_account::{fault}"));
+            assert_eq!(first.expect.status, SagaStatus::Compensated, "{fault}");
+            assert_eq!(first.expect.compensations, Vec::<&str>::new(), "{fault}: nothing before it to undo");
+            let second = find(&cases, &format!("check_limit::{fault}"));
+            assert_eq!(second.expect.compensations, ["release_stock"], "{fault}: only the steps before it");
+        }
+        // Nothing of its own to undo: no case where its call's effect must be compensated.
+        assert!(!cases.iter().any(|c| c.name() == "check_account::crash_after_call_then_unreachable"));
+        assert!(cases.iter().any(|c| c.name() == "reserve_stock::crash_after_call_then_unreachable"));
     }
 }

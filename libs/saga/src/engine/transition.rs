@@ -220,6 +220,35 @@ mod tests {
     }
 
     #[test]
+    fn a_check_undoes_the_steps_before_it_and_nothing_of_its_own() {
+        // book (check), hotel (compensatable), pay (check), notify (pivot).
+        let def = Definition::builder(Trip)
+            .check(Noop::<0>)
+            .compensatable(Noop::<1>, Undo::<1>)
+            .check(Noop::<2>)
+            .pivot(Noop::<3>)
+            .build()
+            .expect("a valid definition");
+        let table: Vec<(Position, Outcome, u32, bool, Next)> = vec![
+            (F(0), ok(), 1, false, Next::Step(F(1))),
+            (F(0), rejected(), 1, false, cancel("no")),
+            (F(0), failed(), 1, false, cancel("lost")),
+            (F(0), unavailable(), 1, true, cancel("down")),
+            (F(2), rejected(), 1, false, compensate(C(1), "no")),
+            (F(2), failed(), 1, false, compensate(C(1), "lost")),
+            (F(2), failed(), 1, true, compensate(C(1), "lost")),
+            (C(1), ok(), 1, false, Next::Compensated),
+        ];
+        for (at, outcome, attempts, give_up, next) in table {
+            assert_eq!(
+                transition(&def, at, &outcome, attempts, give_up),
+                next,
+                "{at:?} {outcome:?} after {attempts} attempt(s), give up {give_up}"
+            );
+        }
+    }
+
+    #[test]
     fn compensation_outcomes() {
         let def = trip();
         let table: Vec<(Position, Outcome, Next)> = vec![

@@ -35,6 +35,14 @@ impl<S: Saga> Versions<S> {
         self
     }
 
+    /// Each version's shape, newest first: e.g. to generate every version's fault
+    /// matrix (`testing::trials`).
+    pub fn shapes(&self) -> Vec<crate::definition::Shape> {
+        let mut shapes: Vec<_> = self.definitions.iter().map(Definition::shape).collect();
+        shapes.sort_by(|a, b| b.version.cmp(&a.version));
+        shapes
+    }
+
     /// Sorted newest first; two definitions of one version are an error.
     pub(crate) fn sorted(mut self) -> Result<Vec<Definition<S>>, String> {
         self.definitions.sort_by(|a, b| b.version.cmp(&a.version));
