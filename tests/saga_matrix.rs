@@ -1,9 +1,12 @@
 //! The order saga's fault matrix, generated from its definition
 //! (`sagaworks_saga::testing`), against the whole system: real inventory
 //! and payment services, each on its own PostgreSQL database, and a real
-//! broker. One case per step and fault (`<step>::<fault>`), each on a stack
-//! of its own. A new step in `order::saga::definition` brings its cases
-//! here with no change to this file.
+//! broker. One case per step and fault, each on a stack of its own, for
+//! every version the order service drives: `<step>::<fault>` for version 2
+//! (the one new orders start on), `v1::<step>::<fault>` for version 1, whose
+//! sagas start on a replica with `saga.start_version = 1` and finish on
+//! version 1's shape. A new step in `order::saga::definition` brings its
+//! cases here with no change to this file.
 //!
 //! Each case places one order with the case's faults on the order replica
 //! (and, when it crashes, resumes the saga on a fresh replica), then checks
@@ -26,10 +29,11 @@ const QUANTITY: i64 = 2;
 /// Shorter than the tests' default: a crashed replica's sagas are taken over sooner.
 const LEASE_MS: u64 = 1_500;
 
-async fn run_case(case: Case) -> Result<(), String> {
+async fn run_case(case: Case, version: u32) -> Result<(), String> {
     let mut stack = Stack::start_with(|s| {
         case.apply(&mut s.saga);
         s.saga.lease_ms = LEASE_MS;
+        s.saga.start_version = version;
     })
     .await;
     let product = stack.product(PRICE, STOCK).await;
@@ -44,11 +48,17 @@ async fn run_case(case: Case) -> Result<(), String> {
         stack
             .restart_order(|s| {
                 s.saga.lease_ms = LEASE_MS;
+                s.saga.start_version = version;
                 case.apply_resumed(&mut s.saga);
             })
             .await;
     }
     let order = stack.settled(&id).await;
+    assert_eq!(
+        order["saga"]["version"].as_u64(),
+        Some(u64::from(version)),
+        "the version it started on: {order}"
+    );
 
     let expect = &case.expect;
     let completed = expect.status == SagaStatus::Completed;
@@ -88,20 +98,25 @@ async fn run_case(case: Case) -> Result<(), String> {
     Ok(())
 }
 
-/// The order saga's shape: its definition needs participant channels, which
-/// connect lazily and are never used here.
-fn shape() -> Shape {
+/// The shapes of every version of the order saga, newest first: its definitions
+/// need participant channels, which connect lazily and are never used here.
+fn shapes() -> Vec<Shape> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let _guard = runtime.enter();
     let channel = |name| {
         sagaworks_resilience::channel(name, &ClientSettings::with_url("http://127.0.0.1:9"), None)
             .expect("a lazy channel")
     };
-    order::saga::definition(channel("inventory"), channel("payment")).shape()
+    order::saga::versions(channel("inventory"), channel("payment")).shapes()
 }
 
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
-    let trials = testing::trials("", &shape(), run_case);
+    let mut trials = Vec::new();
+    for (i, shape) in shapes().into_iter().enumerate() {
+        let version = shape.version;
+        let prefix = if i == 0 { String::new() } else { format!("v{version}::") };
+        trials.extend(testing::trials(&prefix, &shape, move |case| run_case(case, version)));
+    }
     libtest_mimic::run(&args, trials).exit();
 }

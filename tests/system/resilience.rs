@@ -112,7 +112,10 @@ async fn a_dead_payment_service_opens_the_breaker_orders_fail_fast_and_it_closes
         s.payment.breaker.sliding_window_size = 5;
         s.payment.breaker.minimum_calls = 5;
         s.payment.breaker.wait_duration_open_ms = OPEN_WAIT.as_millis() as u64;
-        s.payment.breaker.permitted_calls_half_open = 2;
+        // An order makes two calls to payment (check_account's GetAccount, then the charge):
+        // the first order after the open wait is two probes, the next order's first call
+        // the third, which closes it.
+        s.payment.breaker.permitted_calls_half_open = 3;
         s.payment.retry.base_backoff_ms = 10;
         s.payment.retry.max_backoff_ms = 20;
     })
@@ -135,21 +138,22 @@ async fn a_dead_payment_service_opens_the_breaker_orders_fail_fast_and_it_closes
     })
     .await;
 
-    // Connections are refused: each charge was never sent, so the order is cancelled
-    // with its stock released and nothing to refund. Five refused attempts open it.
+    // Connections are refused: each order's first call to payment (check_account's) was
+    // never sent, so the order is cancelled before any stock is held, with nothing to
+    // undo. Five refused attempts open it.
     let mut opening = 0;
     while sample(&metrics(order_http).await, PAYMENT_BREAKER) != Some(1.0) {
         opening += 1;
         assert!(opening <= 3, "5 refused attempts (3 per call) must open the breaker");
         let o = order(&stack, &customer, &product).await;
         assert_eq!(o["status"], "CANCELLED", "{o}");
-        assert_eq!(names(&o), ["reserve_stock", "charge_payment", "release_stock"], "no refund: {o}");
+        assert_eq!(names(&o), ["check_account"], "nothing reserved, nothing to refund: {o}");
     }
     // The breaker opened before we saw it open, so a timer started now ends after its
     // open wait: then the next call is a half-open probe.
     let open_wait_over = tokio::time::sleep(OPEN_WAIT);
 
-    // Open: each charge is rejected by the breaker itself, before any attempt: exactly
+    // Open: each account check is rejected by the breaker itself, before any attempt: exactly
     // one rejection per order, and no call with any other outcome (a refused or failed
     // attempt would be one).
     let before = metrics(order_http).await;
@@ -158,7 +162,7 @@ async fn a_dead_payment_service_opens_the_breaker_orders_fail_fast_and_it_closes
         assert_eq!(o["status"], "CANCELLED", "{o}");
         let reason = o["failure_reason"].as_str().unwrap_or_default();
         assert!(reason.contains("circuit open"), "{o}");
-        assert_eq!(names(o), ["reserve_stock", "charge_payment", "release_stock"], "no refund: {o}");
+        assert_eq!(names(o), ["check_account"], "nothing reserved, nothing to refund: {o}");
     }
     let after = metrics(order_http).await;
     assert_eq!(
@@ -174,15 +178,15 @@ async fn a_dead_payment_service_opens_the_breaker_orders_fail_fast_and_it_closes
     assert_eq!(transitions(&after, "closed", "open"), 1.0);
     assert_eq!(transitions(&after, "open", "half_open"), 0.0, "the five met the open breaker");
     let (available, reserved, sold) = stack.stock(&product).await;
-    assert_eq!((available, reserved + sold), (19, 1), "every cancelled order's stock is back");
+    assert_eq!((available, reserved + sold), (19, 1), "no cancelled order held any stock");
 
-    // Payment is back on its port; after the open wait two probes close the breaker.
+    // Payment is back on its port; after the open wait three probes close the breaker.
     stack.payment =
         start_payment_on(&stack.payment_db, &stack.kafka_for("payment"), stack.payment.grpc_port).await;
     open_wait_over.await;
-    assert_eq!(order(&stack, &customer, &product).await["status"], "CONFIRMED", "first probe");
+    assert_eq!(order(&stack, &customer, &product).await["status"], "CONFIRMED", "first and second probe");
     assert_eq!(sample(&metrics(order_http).await, PAYMENT_BREAKER), Some(2.0), "half-open");
-    assert_eq!(order(&stack, &customer, &product).await["status"], "CONFIRMED", "second probe");
+    assert_eq!(order(&stack, &customer, &product).await["status"], "CONFIRMED", "third probe");
     let text = metrics(order_http).await;
     assert_eq!(sample(&text, PAYMENT_BREAKER), Some(0.0), "closed");
     assert_eq!(transitions(&text, "open", "half_open"), 1.0);
@@ -220,7 +224,11 @@ async fn a_slow_inventory_hits_the_timeout_and_the_reservation_is_released() {
     assert!(reason.contains("reserve_stock") && reason.contains("timed out"), "{o}");
     assert_eq!(
         steps(&o),
-        [("reserve_stock".to_string(), "FAILED".to_string()), ("release_stock".into(), "SUCCEEDED".into())],
+        [
+            ("check_account".to_string(), "SUCCEEDED".to_string()),
+            ("reserve_stock".into(), "FAILED".into()),
+            ("release_stock".into(), "SUCCEEDED".into())
+        ],
         "a timed-out reservation may exist, so it is released: {o}"
     );
     assert_eq!(ever_held(&metrics(inventory_http).await, "ReserveStock"), 2.0, "both attempts were held");
@@ -314,7 +322,11 @@ async fn a_flood_beyond_the_bulkhead_is_shed_at_once_and_the_caller_stays_health
             _ => {
                 let reason = o["failure_reason"].as_str().unwrap_or_default();
                 assert!(reason.contains("too many calls in flight"), "{o}");
-                assert_eq!(names(&o), ["reserve_stock"], "never sent, nothing to release: {o}");
+                assert_eq!(
+                    names(&o),
+                    ["check_account", "reserve_stock"],
+                    "never sent, nothing to release: {o}"
+                );
                 shed += 1;
             }
         }

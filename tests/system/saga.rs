@@ -29,6 +29,7 @@ async fn happy_path_confirms_reserves_and_charges() {
     assert_eq!(
         steps(&order),
         pairs(&[
+            ("check_account", "SUCCEEDED"),
             ("reserve_stock", "SUCCEEDED"),
             ("charge_payment", "SUCCEEDED"),
             ("confirm_order", "SUCCEEDED")
@@ -88,7 +89,7 @@ async fn out_of_stock_cancels_without_charging() {
     assert!(order["failure_reason"].as_str().unwrap().contains("insufficient stock"), "{order}");
     assert_eq!(
         steps(&order),
-        pairs(&[("reserve_stock", "FAILED")]),
+        pairs(&[("check_account", "SUCCEEDED"), ("reserve_stock", "FAILED")]),
         "no payment step, nothing to compensate"
     );
     assert_eq!(stack.stock(&product).await, (3, 0, 0));
@@ -107,6 +108,7 @@ async fn insufficient_funds_cancels_and_releases_stock() {
     assert_eq!(
         steps(&order),
         pairs(&[
+            ("check_account", "SUCCEEDED"),
             ("reserve_stock", "SUCCEEDED"),
             ("charge_payment", "FAILED"),
             ("release_stock", "SUCCEEDED")
@@ -115,6 +117,33 @@ async fn insufficient_funds_cancels_and_releases_stock() {
     assert_eq!(order["saga"]["status"], "COMPENSATED");
     assert_eq!(stack.stock(&product).await, (5, 0, 0), "stock released");
     assert_eq!(stack.balance(&customer).await, 500, "never overdrawn, nothing charged");
+}
+
+/// Version 2's check: an order of a customer without an account, or with nothing on
+/// it, is cancelled before any stock is held for it (version 1 reserved, failed the
+/// charge and released).
+#[tokio::test]
+async fn a_customer_without_an_account_or_credit_is_cancelled_before_stock_is_held() {
+    let stack = Stack::start().await;
+    let product = stack.product(300, 5).await;
+    let broke = stack.customer(0).await;
+    let unknown = uuid::Uuid::now_v7().to_string();
+    for (customer, why) in [(&broke, "no credit"), (&unknown, "not found")] {
+        let (status, order) = stack.place(customer, &product, 1).await;
+        assert_eq!(status, StatusCode::CREATED, "{order}");
+        assert_eq!(order["status"], "CANCELLED", "{why}: {order}");
+        assert_eq!(order["saga"]["version"], 2, "{order}");
+        let reason = order["failure_reason"].as_str().unwrap_or_default();
+        assert!(reason.starts_with("check_account: ") && reason.contains(why), "{why}: {order}");
+        assert_eq!(steps(&order), pairs(&[("check_account", "FAILED")]), "nothing to undo: {order}");
+    }
+    let inventory = stack.inventory_db.pool().await;
+    let reservations: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations")
+        .fetch_one(&inventory)
+        .await
+        .expect("the reservations");
+    assert_eq!(reservations, 0, "inventory was never asked");
+    assert_eq!(stack.stock(&product).await, (5, 0, 0));
 }
 
 #[tokio::test]
@@ -374,6 +403,9 @@ async fn crashed_orchestrator_resumes_at_every_step() {
     // commits resumes at charge_payment, which payment answers from its
     // idempotency record.
     let points = [
+        "before:check_account",
+        "after_call:check_account",
+        "after_commit:check_account",
         "before:reserve_stock",
         "after_call:reserve_stock",
         "after_commit:reserve_stock",
@@ -415,7 +447,7 @@ async fn crashed_orchestrator_resumes_at_every_step() {
 /// Several replicas resuming the same crashed sagas never run one twice.
 #[tokio::test]
 async fn replicas_do_not_run_a_saga_twice() {
-    let mut stack = Stack::start_with(|s| s.saga.crash_point = "before:reserve_stock".into()).await;
+    let mut stack = Stack::start_with(|s| s.saga.crash_point = "before:check_account".into()).await;
     let product = stack.product(10, 1_000).await;
     let customer = stack.customer(1_000_000).await;
     let mut ids = vec![];
@@ -440,10 +472,10 @@ async fn replicas_do_not_run_a_saga_twice() {
         let order = stack.settled(id).await;
         assert_eq!(order["status"], "CONFIRMED", "{order}");
         for step in order["saga"]["steps"].as_array().unwrap() {
-            // CreateOrder recorded reserve_stock's first attempt before the
+            // CreateOrder recorded check_account's first attempt before the
             // crash point; the one replica that took the saga over recorded
             // the second. A saga driven twice would show a third.
-            let expected = if step["name"] == "reserve_stock" { 2 } else { 1 };
+            let expected = if step["name"] == "check_account" { 2 } else { 1 };
             assert_eq!(step["attempts"], expected, "a step ran twice: {order}");
         }
     }
@@ -459,7 +491,14 @@ async fn replicas_do_not_run_a_saga_twice() {
 #[tokio::test]
 async fn a_participant_that_never_answers_leads_to_compensation() {
     let (url, held) = system_tests::unanswering_server().await;
-    let mut stack = Stack::start_with(|s| system_tests::payment_at(s, &url)).await;
+    // On version 1, whose first call to payment is the charge: version 2 asks payment
+    // first in check_account, whose unanswered call the fault matrix covers
+    // (`check_account::deadline_passed`). Goes with version 1's code.
+    let mut stack = Stack::start_with(|s| {
+        system_tests::payment_at(s, &url);
+        s.saga.start_version = 1;
+    })
+    .await;
     let product = stack.product(100, 5).await;
     let customer = stack.customer(1_000).await;
     let (_, order) = stack.place(&customer, &product, 1).await;
@@ -483,7 +522,7 @@ async fn a_participant_that_never_answers_leads_to_compensation() {
     );
 
     // Payment answers again (the order service is restarted pointing at the real one).
-    stack.restart_order(|_| {}).await;
+    stack.restart_order(|s| s.saga.start_version = 1).await;
     let order = stack.settled(&id).await;
     assert_eq!(order["status"], "CANCELLED", "{order}");
     assert_eq!(

@@ -244,14 +244,18 @@ async fn one_order_is_one_trace_across_all_services_and_its_events_link_to_it() 
         "create orders",
     );
 
-    for (step, outcome) in
-        [("reserve_stock", "succeeded"), ("charge_payment", "succeeded"), ("confirm_order", "succeeded")]
-    {
+    for (step, outcome) in [
+        ("check_account", "succeeded"),
+        ("reserve_stock", "succeeded"),
+        ("charge_payment", "succeeded"),
+        ("confirm_order", "succeeded"),
+    ] {
         let span = trace.step(step);
         assert_eq!(span.parent_span_id, saga.span_id, "{step} is a step of the saga");
         assert_eq!(span.attr("saga.step.outcome"), Some(outcome));
         assert_ne!(span.status, SpanStatus::Error, "{step}");
     }
+    trace.call(trace.step("check_account"), "payment", "GetAccount");
     let (_, reserve) = trace.call(trace.step("reserve_stock"), "inventory", "ReserveStock");
     assert_db_span(&trace, reserve, "reserve reservations");
     let (_, charge) = trace.call(trace.step("charge_payment"), "payment", "Charge");
@@ -342,7 +346,7 @@ async fn an_orders_complete_trace_reads_back_from_jaeger_fed_by_the_collector() 
     assert_eq!(roots.len(), 1, "one root: {:#?}", roots.iter().map(|s| &s.name).collect::<Vec<_>>());
     let saga = assert_gateway_to_saga(&trace, trace_id);
     assert_eq!(roots[0].name, "POST /v1/orders");
-    for step in ["reserve_stock", "charge_payment", "confirm_order"] {
+    for step in ["check_account", "reserve_stock", "charge_payment", "confirm_order"] {
         let span = trace.step(step);
         assert_eq!(span.parent_span_id, saga.span_id, "{step} is a step of the saga");
         assert_eq!(span.attr("saga.step.outcome"), Some("succeeded"));
@@ -405,7 +409,7 @@ async fn a_failing_saga_trace_shows_the_rejected_charge_and_the_compensation() {
         trace.find(|s| s.name == "saga.step").iter().filter_map(|s| s.attr("saga.step.name")).collect();
     assert_eq!(
         steps,
-        BTreeSet::from(["charge_payment", "release_stock", "reserve_stock"]),
+        BTreeSet::from(["charge_payment", "check_account", "release_stock", "reserve_stock"]),
         "a rejected charge took no effect: nothing to refund, the reservation is released"
     );
 

@@ -1,12 +1,18 @@
-//! The order-placement saga, as a [`Definition`] of `sagaworks_saga`.
+//! The order-placement saga, as a [`Definition`] of `sagaworks_saga`, in two versions.
+//! Version 2, which new orders start on, checks the customer's account first:
 //!
 //! ```text
-//!  reserve_stock ──ok──> charge_payment (pivot) ──ok──> confirm_order (local) ──> COMPLETED: order CONFIRMED
-//!       │                     │
-//!   rejected: CANCELLED   rejected ──────────────────┐
-//!   failed ─────────┐     failed ──> refund_payment ──> release_stock ──> COMPENSATED: order CANCELLED
-//!                   └──────────────────────────────────────────^
+//!  check_account ──ok──> reserve_stock ──ok──> charge_payment (pivot) ──ok──> confirm_order (local) ──> COMPLETED: order CONFIRMED
+//!       │                     │                     │
+//!  rejected/failed:      rejected: CANCELLED   rejected ──────────────────┐
+//!  CANCELLED             failed ─────────┐     failed ──> refund_payment ──> release_stock ──> COMPENSATED: order CANCELLED
+//!                                        └──────────────────────────────────────────^
 //! ```
+//!
+//! Version 1 is the same without `check_account`. It stays registered, as code, until
+//! no version-1 saga is unfinished (`sagaworks-admin sagas drain 1`); then
+//! [`definition_v1`] and its line in [`versions`] can go (docs/design.md, "Changing a
+//! saga").
 //!
 //! The library drives it (leases, crash resume, deadlines, retries, the
 //! commit of every transition with its writes and events); this module is
@@ -23,7 +29,7 @@ use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use sagaworks_resilience::ResilientChannel;
 use sagaworks_saga::{
     Action, ActionKind, Compensation, Definition, End, OperatorRecord, Saga, Statement, StepContext,
-    StepError,
+    StepError, Versions,
 };
 use sagaworks_telemetry::grpc::{ClientTrace, ClientTraceLayer};
 use serde::{Deserialize, Serialize};
@@ -33,7 +39,29 @@ use uuid::Uuid;
 /// A participant channel: the resilience stack, each call traced.
 type Channel = ClientTrace<ResilientChannel>;
 
+/// Every version this binary drives, the newest (the one new orders start on) first.
+pub fn versions(inventory: ResilientChannel, payment: ResilientChannel) -> Versions<PlaceOrder> {
+    Versions::new(definition(inventory.clone(), payment.clone())).and(definition_v1(inventory, payment))
+}
+
+/// Version 2: an order of a customer without an account, or with nothing on it, is
+/// cancelled before any stock is held for it.
 pub fn definition(inventory: ResilientChannel, payment: ResilientChannel) -> Definition<PlaceOrder> {
+    let inventory = InventoryServiceClient::new(ClientTraceLayer::new("order").layer(inventory));
+    let payment = PaymentServiceClient::new(ClientTraceLayer::new("order").layer(payment));
+    Definition::builder(PlaceOrder { outbox: OutboxWriter::new("order") })
+        .version(2)
+        .check(CheckAccount(payment.clone()))
+        .compensatable(ReserveStock(inventory.clone()), ReleaseStock(inventory))
+        // A charge that timed out may have happened: refunded.
+        .pivot_compensatable(ChargePayment(payment.clone()), RefundPayment(payment))
+        .retriable(ConfirmOrder)
+        .build()
+        .expect("the order saga is well formed")
+}
+
+/// Version 1, kept until its sagas have drained.
+pub fn definition_v1(inventory: ResilientChannel, payment: ResilientChannel) -> Definition<PlaceOrder> {
     let inventory = InventoryServiceClient::new(ClientTraceLayer::new("order").layer(inventory));
     let payment = PaymentServiceClient::new(ClientTraceLayer::new("order").layer(payment));
     Definition::builder(PlaceOrder { outbox: OutboxWriter::new("order") })
@@ -147,6 +175,26 @@ pub struct Reserved {
 pub struct Price {
     pub product_id: Uuid,
     pub unit_price_cents: i64,
+}
+
+/// Version 2's first step: the customer has an account with money on it. It reads
+/// only, so there is nothing to undo; the charge still decides whether the balance
+/// covers the order (prices are known only once the stock is reserved).
+pub struct CheckAccount(PaymentServiceClient<Channel>);
+
+impl Action<PlaceOrder> for CheckAccount {
+    const NAME: &'static str = "check_account";
+    type Output = ();
+
+    async fn run(&self, ctx: &StepContext<'_, PlaceOrder>) -> Result<(), StepError> {
+        let request = pay::GetAccountRequest { customer_id: ctx.input().customer_id.to_string() };
+        // No account is NOT_FOUND: rejected.
+        let account = self.0.clone().get_account(request).await.map_err(|s| ctx.grpc_error(&s))?.into_inner();
+        if account.balance_cents <= 0 {
+            return Err(StepError::Rejected(format!("{}: the account has no credit", Self::NAME)));
+        }
+        Ok(())
+    }
 }
 
 pub struct ReserveStock(InventoryServiceClient<Channel>);

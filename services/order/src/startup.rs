@@ -57,7 +57,7 @@ impl Application {
         let inventory = sagaworks_resilience::channel("inventory", &settings.inventory, host.identity())?;
         let payment = sagaworks_resilience::channel("payment", &settings.payment, host.identity())?;
         let saga =
-            Engine::new(host.pool().clone(), saga::definition(inventory, payment), settings.saga.clone())?;
+            Engine::new(host.pool().clone(), saga::versions(inventory, payment), settings.saga.clone())?;
         // Refuses to start when it would strand or misread an instance in flight.
         saga.register().await?;
         Ok(Self { settings, host, saga })

@@ -61,7 +61,7 @@ fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SagaStep {
-    /// `reserve_stock`, `charge_payment`, `confirm_order`, `refund_payment`, `release_stock`.
+    /// `check_account` (version 2), `reserve_stock`, `charge_payment`, `confirm_order`, `refund_payment`, `release_stock`.
     pub name: String,
     /// `RUNNING`, `SUCCEEDED` or `FAILED`.
     pub status: String,
