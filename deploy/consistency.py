@@ -47,6 +47,10 @@ What it asserts, per service of services.toml:
   scripts/lib/tracing.sh, the collector's release in deploy/observability/build/
   otelcol-builder.yaml), each on the committed config (deploy/observability/jaeger.yaml,
   otel-collector.yaml);
+* the CI pipelines: every service of services.toml has its workflow
+  .github/workflows/<service>.yml (named after it, on its services/<service>/** paths, calling
+  service-pipeline.yml with its name), and no workflow names a service that does not exist
+  (check_workflows);
 * Kafka runs secured like scripts/kafka's secure mode (check_kafka_security):
   deploy/kafka/start.sh (and its dev copy) with SASL_SSL, an SSL controller listener
   with client certificates, the StandardAuthorizer and no access without an ACL; a SCRAM
@@ -1469,6 +1473,98 @@ def check_telemetry_releases(
         )
 
 
+# --- the CI pipelines (.github/workflows/) ---------------------------------------------------
+
+WORKFLOWS_DIR = Path(".github/workflows")
+#: The reusable pipeline every service's workflow calls.
+SERVICE_PIPELINE = "service-pipeline.yml"
+#: The workflows that are no service's: the reusable ones, the libraries', the release.
+SHARED_WORKFLOWS = (SERVICE_PIPELINE, "rust-tests.yml", "libs.yml", "release.yml")
+
+
+def _workflow_triggers(doc: dict[str, Any]) -> dict[str, Any]:
+    # YAML 1.1 (PyYAML) reads the key `on` as the boolean true.
+    triggers = doc.get("on", doc.get(True))
+    return triggers if isinstance(triggers, dict) else {}
+
+
+def _pipeline_calls(doc: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(job id, its `with.service`) of every job that calls service-pipeline.yml."""
+    jobs = doc.get("jobs") if isinstance(doc.get("jobs"), dict) else {}
+    return [
+        (job_id, (job.get("with") or {}).get("service"))
+        for job_id, job in jobs.items()
+        if isinstance(job, dict) and job.get("uses") == f"./{WORKFLOWS_DIR}/{SERVICE_PIPELINE}"
+    ]
+
+
+def check_workflows(report: Report, root: Path, services: Iterable[str] | None = None) -> None:
+    """Every service of services.toml has its workflow `<service>.yml` (as scripts/new-service
+    renders deploy/template/workflow.yml): named after it, run on pushes to main and on pull
+    requests that touch services/<service>/, calling service-pipeline.yml with its name; every
+    other workflow is one of SHARED_WORKFLOWS, and no workflow passes service-pipeline.yml a
+    service that services.toml does not name."""
+    names = list(SPECS if services is None else services)
+    directory = root / WORKFLOWS_DIR
+    if not report.check(directory.is_dir(), f"{WORKFLOWS_DIR} is missing"):
+        return
+    for shared in SHARED_WORKFLOWS:
+        report.check((directory / shared).is_file(), f"{WORKFLOWS_DIR / shared} is missing")
+    for name in names:
+        report.check(
+            f"{name}.yml" not in SHARED_WORKFLOWS,
+            f"{name}: its workflow would be {WORKFLOWS_DIR / (name + '.yml')}, a shared workflow: rename the service",
+        )
+    docs: dict[str, dict[str, Any]] = {}
+    for path in sorted(directory.iterdir()):
+        if path.suffix not in (".yml", ".yaml") or not path.is_file():
+            continue
+        rel = WORKFLOWS_DIR / path.name
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            report.check(False, f"{rel}: not YAML ({e})")
+            continue
+        if not report.check(isinstance(doc, dict), f"{rel}: not a workflow (a mapping)"):
+            continue
+        docs[path.name] = doc
+        if path.name not in SHARED_WORKFLOWS:
+            report.check(
+                path.suffix == ".yml" and path.stem in names,
+                f"{rel} names a service that does not exist: services.toml has no {path.stem!r} "
+                f"(remove the workflow with the service; name it <service>.yml; or, if it is no service's, "
+                f"list it in SHARED_WORKFLOWS of deploy/consistency.py)",
+            )
+        for job_id, service in _pipeline_calls(doc):
+            if isinstance(service, str) and "${{" not in service:
+                report.check(
+                    service in names,
+                    f"{rel}: job {job_id} runs the pipeline of {service!r}, which services.toml does not name",
+                )
+    for name in names:
+        rel = WORKFLOWS_DIR / f"{name}.yml"
+        doc = docs.get(f"{name}.yml")
+        if not report.check(
+            doc is not None, f"{name}: no workflow {rel} (scripts/new-service renders deploy/template/workflow.yml)"
+        ):
+            continue
+        report.check(doc.get("name") == name, f"{rel}: its name must be {name!r}, got {doc.get('name')!r}")
+        triggers = _workflow_triggers(doc)
+        for event in ("push", "pull_request"):
+            spec = triggers.get(event) if isinstance(triggers.get(event), dict) else {}
+            report.check(
+                f"services/{name}/**" in (spec.get("paths") or []),
+                f"{rel}: on.{event}.paths must include services/{name}/**",
+            )
+        push = triggers.get("push") if isinstance(triggers.get("push"), dict) else {}
+        report.check("main" in (push.get("branches") or []), f"{rel}: on.push.branches must include main")
+        calls = _pipeline_calls(doc)
+        report.check(
+            [service for _, service in calls] == [name],
+            f"{rel}: must call {WORKFLOWS_DIR / SERVICE_PIPELINE} once, with service: {name} (got {calls})",
+        )
+
+
 def check_all(
     keys: dict[str, set[str]],
     compose: dict[str, Any],
@@ -1493,6 +1589,7 @@ def check_all(
     check_kafka_release(report, compose, k8s, root)
     check_kafka_security(report, compose, k8s, root)
     check_repositories_agree(report, found)
+    check_workflows(report, root)
     return report
 
 

@@ -13,6 +13,9 @@
   kafka-topics Job creates the same topics and applies the same ACL file, as admin over
   SASL_SSL; the Kafka security checks of consistency.py catch their drift;
 * the prod overlay's managed-services example component still renders and passes the checks;
+* the CI pipelines: a workflow per service of services.toml and none for another (the
+  checker's negatives), the one scripts/new-service renders, and the release's kustomization
+  (deploy/release_images.py) pinning every image by digest;
 * the Docker build context that .dockerignore leaves is a complete cargo workspace, with
   everything the build reads (proto/, migrations/, deploy/http-probe) and nothing else.
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 import base64
 import copy
 import glob
+import hashlib
 import re
 import http.server
 import os
@@ -541,6 +545,140 @@ class ServicesFileTest(unittest.TestCase):
                     consistency.load_services(Path(f.name))
 
 
+class WorkflowsTest(unittest.TestCase):
+    """The CI pipelines of .github/workflows/: one per service of services.toml (consistency.py's
+    check_workflows), and scripts/new-service renders the new service's from the template."""
+
+    def copy(self, tmp: str) -> Path:
+        root = Path(tmp)
+        shutil.copytree(ROOT / consistency.WORKFLOWS_DIR, root / consistency.WORKFLOWS_DIR)
+        return root
+
+    def failures(self, root: Path, services=None) -> list[str]:
+        report = consistency.Report()
+        consistency.check_workflows(report, root, services)
+        return report.failures
+
+    def assert_fails(self, failures: list[str], needle: str) -> None:
+        self.assertTrue(any(needle in f for f in failures), f"expected a failure with {needle!r}, got {failures}")
+
+    def test_real_workflows_pass(self) -> None:
+        self.assertEqual(self.failures(ROOT), [])
+
+    def test_a_service_without_its_workflow_fails(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
+            root = self.copy(tmp)
+            (root / consistency.WORKFLOWS_DIR / "order.yml").unlink()
+            self.assert_fails(self.failures(root), "order: no workflow .github/workflows/order.yml")
+            # A service services.toml gains without a workflow.
+            self.assert_fails(self.failures(ROOT, [*SERVICES, "shipping"]), "shipping: no workflow")
+
+    def test_a_workflow_of_a_service_that_does_not_exist_fails(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
+            root = self.copy(tmp)
+            workflows = root / consistency.WORKFLOWS_DIR
+            (workflows / "shipping.yml").write_text((workflows / "payment.yml").read_text().replace("payment", "shipping"))
+            failures = self.failures(root)
+            self.assert_fails(failures, ".github/workflows/shipping.yml names a service that does not exist")
+            self.assert_fails(failures, "runs the pipeline of 'shipping', which services.toml does not name")
+            # A service removed from services.toml whose workflow stayed.
+            self.assert_fails(
+                self.failures(ROOT, [s for s in SERVICES if s != "inventory"]),
+                ".github/workflows/inventory.yml names a service that does not exist",
+            )
+
+    def test_a_workflow_off_its_paths_or_calling_another_service_fails(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
+            root = self.copy(tmp)
+            workflows = root / consistency.WORKFLOWS_DIR
+            payment = workflows / "payment.yml"
+            payment.write_text(payment.read_text().replace('"services/payment/**"', '"services/paymnt/**"', 1))
+            inventory = workflows / "inventory.yml"
+            inventory.write_text(inventory.read_text().replace('service: "inventory"', 'service: "order"'))
+            gateway = workflows / "gateway.yml"
+            gateway.write_text(gateway.read_text().replace("branches: [main]", "branches: [develop]"))
+            failures = self.failures(root)
+            self.assert_fails(failures, ".github/workflows/payment.yml: on.push.paths must include services/payment/**")
+            self.assert_fails(failures, ".github/workflows/inventory.yml: must call .github/workflows/service-pipeline.yml once, with service: inventory")
+            self.assert_fails(failures, ".github/workflows/gateway.yml: on.push.branches must include main")
+            (workflows / "libs.yml").unlink()
+            self.assert_fails(self.failures(root), ".github/workflows/libs.yml is missing")
+
+    def test_a_service_named_like_a_shared_workflow_fails(self) -> None:
+        self.assert_fails(self.failures(ROOT, [*SERVICES, "libs"]), "libs: its workflow would be .github/workflows/libs.yml, a shared workflow")
+
+    def test_new_service_renders_a_workflow_that_passes(self) -> None:
+        """scripts/new-service in a copy of what it reads and writes (no build: tests/system/deploy.rs
+        builds and tests the generated crate)."""
+        with tempfile.TemporaryDirectory(prefix="sw-new-service-") as tmp:
+            root = self.copy(tmp)
+            for rel in ("scripts/new-service", "scripts/lib/services.sh", "Cargo.toml", "services.toml"):
+                (root / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / rel, root / rel)
+            shutil.copytree(ROOT / "deploy" / "template", root / "deploy" / "template")
+            subprocess.run([str(root / "scripts" / "new-service"), "sample"], check=True, capture_output=True, cwd=root)
+            workflow = root / consistency.WORKFLOWS_DIR / "sample.yml"
+            self.assertTrue(workflow.is_file(), "scripts/new-service writes .github/workflows/sample.yml")
+            self.assertNotIn("{{name}}", workflow.read_text())
+            services = list(consistency.load_services(root / "services.toml"))
+            self.assertIn("sample", services)
+            self.assertEqual(self.failures(root, services), [])
+            # The template renders the real services' workflows too: they differ only by name.
+            template = (ROOT / "deploy" / "template" / "workflow.yml").read_text()
+            for name in SERVICES:
+                self.assertEqual(
+                    (ROOT / consistency.WORKFLOWS_DIR / f"{name}.yml").read_text(),
+                    template.replace("{{name}}", name),
+                    f"{name}.yml is deploy/template/workflow.yml rendered for {name}",
+                )
+
+
+class ReleaseImagesTest(unittest.TestCase):
+    """deploy/release_images.py: the release's kustomization pins every service's image by digest."""
+
+    REPOSITORY = "ghcr.io/example/sagaworks"
+
+    @staticmethod
+    def digest(name: str) -> str:
+        return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+
+    def refs(self, names) -> list[str]:
+        return [f"{name} {self.REPOSITORY}/{name}@{self.digest(name)}" for name in names]
+
+    def test_the_release_overlay_renders_every_image_pinned_by_digest(self) -> None:
+        import release_images
+
+        names = list(SERVICES)
+        text = release_images.kustomization(release_images.pinned_images(self.refs(names), names), names, "../prod", "v9.9.9")
+        with tempfile.TemporaryDirectory(prefix="sw-release-") as tmp:
+            shutil.copytree(ROOT / "k8s", Path(tmp) / "k8s")
+            overlay = Path(tmp) / "k8s" / "overlays" / "release"
+            overlay.mkdir()
+            (overlay / "kustomization.yaml").write_text(text)
+            kustomize = os.environ.get("SW_KUSTOMIZE", "kubectl kustomize").split()
+            out = subprocess.run([*kustomize, str(overlay)], check=True, capture_output=True, text=True).stdout
+        images = set()
+        for doc in yaml.safe_load_all(out):
+            if doc and doc.get("kind") in consistency.WORKLOAD_KINDS:
+                spec = doc["spec"]["template"]["spec"]
+                images |= {c["image"] for c in spec.get("containers", []) + spec.get("initContainers", [])}
+        self.assertEqual(images, {f"{self.REPOSITORY}/{name}@{self.digest(name)}" for name in names})
+
+    def test_a_missing_unknown_repeated_or_unpinned_image_is_refused(self) -> None:
+        import release_images
+
+        names = list(SERVICES)
+        cases = {
+            "no image reference for": self.refs(names[1:]),
+            "not a service of services.toml": self.refs(names) + self.refs(["shipping"]),
+            "more than one image reference": self.refs(names) + self.refs(names[:1]),
+            "not `<service> <repository>@sha256:<digest>`": self.refs(names[1:]) + [f"{names[0]} {self.REPOSITORY}/{names[0]}:v1"],
+        }
+        for needle, lines in cases.items():
+            with self.subTest(needle), self.assertRaisesRegex(ValueError, re.escape(needle)):
+                release_images.pinned_images(lines, names)
+
+
 class ServiceReplicasTest(unittest.TestCase):
     """scripts/lib/services.sh's replica helpers, which scripts/dev-up uses for
     SW_REPLICAS_<SERVICE> (scripts/load --replicas)."""
@@ -922,7 +1060,7 @@ class BuildContextTest(unittest.TestCase):
             self.assertTrue(path in self.context, f"{path} is excluded from the build context")
 
     def test_context_leaves_out_what_the_build_does_not_read(self) -> None:
-        for path in (".git", "target", "k8s", "docs", "docker-compose.yml", "deploy/Dockerfile", "services.toml"):
+        for path in (".git", ".github", "target", "k8s", "docs", "docker-compose.yml", "deploy/Dockerfile", "services.toml"):
             self.assertFalse(Path(path) in self.context, f"{path} is sent to the build")
 
 
