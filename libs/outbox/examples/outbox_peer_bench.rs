@@ -208,7 +208,8 @@ fn cpu_now(p: Pids) -> Cpu {
 /// their sum, the machine.
 fn per_event(from: Cpu, to: Cpu, events: usize) -> [f64; 5] {
     let us = |a: u64, b: u64| b.saturating_sub(a) as f64 * TICK_US / events.max(1) as f64;
-    let (p, g, b) = (us(from.publisher, to.publisher), us(from.postgres, to.postgres), us(from.broker, to.broker));
+    let (p, g, b) =
+        (us(from.publisher, to.publisher), us(from.postgres, to.postgres), us(from.broker, to.broker));
     [p, g, b, p + g + b, us(from.machine, to.machine)]
 }
 
@@ -461,12 +462,20 @@ fn stop_publisher(mut child: Child) {
 async fn run(a: Args) -> bool {
     let kafka = kafka_settings(&a);
     let topic = topic_name(&kafka, AGGREGATE_TYPE);
-    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(12).connect(&a.database_url).await.expect("connect");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(12)
+        .connect(&a.database_url)
+        .await
+        .expect("connect");
     sagaworks_runtime::db::migrate(&pool, &mut [sagaworks_outbox::migrator()]).await.expect("migrate");
     println!("outbox_peer_bench: {a:?}, topic {topic}");
-    ensure_topics(&kafka, std::slice::from_ref(&topic), TopicSettings { partitions: 3, replication_factor: 1 })
-        .await
-        .expect("topic");
+    ensure_topics(
+        &kafka,
+        std::slice::from_ref(&topic),
+        TopicSettings { partitions: 3, replication_factor: 1 },
+    )
+    .await
+    .expect("topic");
     if a.system == "debezium" {
         // Made before the backlog is written, so that the slot keeps it for the connector.
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE PUBLICATION {} FOR TABLE outbox", a.slot)))
@@ -561,7 +570,10 @@ async fn run(a: Args) -> bool {
     let cpu_lag1 = cpu_now(*pids.lock().unwrap());
     let mut lags: Vec<Duration> = {
         let s = seen.lock().unwrap();
-        commits.iter().filter_map(|(id, at)| s.first.get(id).map(|v| v.saturating_duration_since(*at))).collect()
+        commits
+            .iter()
+            .filter_map(|(id, at)| s.first.get(id).map(|v| v.saturating_duration_since(*at)))
+            .collect()
     };
     lags.sort();
     let cpu_lag = per_event(cpu_lag0, cpu_lag1, commits.len());
@@ -633,12 +645,21 @@ async fn run(a: Args) -> bool {
 /// batch, 100 ms fallback poll, the rest RelaySettings' defaults), until SIGTERM.
 async fn serve_relay(a: Args) {
     let kafka = kafka_settings(&a);
-    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(4).connect(&a.database_url).await.expect("connect");
-    let settings =
-        RelaySettings { service: "bench".into(), poll_interval_ms: 100, batch_size: 500, ..Default::default() };
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&a.database_url)
+        .await
+        .expect("connect");
+    let settings = RelaySettings {
+        service: "bench".into(),
+        poll_interval_ms: 100,
+        batch_size: 500,
+        ..Default::default()
+    };
     let token = CancellationToken::new();
     let relay = tokio::spawn(Relay::new(pool, &kafka, settings).expect("relay").run(token.clone()));
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
+    let mut term =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
@@ -666,7 +687,9 @@ async fn main() {
         }
         "serve-relay" => serve_relay(args).await,
         _ => {
-            eprintln!("usage: outbox_peer_bench run --system relay|debezium ... | serve-relay ... (see the source)");
+            eprintln!(
+                "usage: outbox_peer_bench run --system relay|debezium ... | serve-relay ... (see the source)"
+            );
             std::process::exit(2);
         }
     }
