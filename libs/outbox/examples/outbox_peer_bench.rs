@@ -25,9 +25,10 @@
 //!    start) notes when each event is first visible on Kafka. events/s = events from the
 //!    first visible to the last visible; the time from the publisher's start is printed
 //!    too (it includes the JVM's or the process's start-up);
-//! 3. **lag**: with the publisher running, events of 1 000 other aggregates (`lag-<k>`) at
+//! 3. **lag**: with the publisher running, events of 1 000 other aggregates (`lag-<lane>-<j>`) at
 //!    `--lag-rate` events/s (default: half the rate of phase 2) for `--lag-secs`, in
-//!    transactions of 10 on a fixed schedule, and commit -> visible on Kafka p50/p99;
+//!    transactions of 10 on a fixed schedule (8 lanes, an aggregate on one), and commit ->
+//!    visible on Kafka p50/p99;
 //! 4. stops the publisher (SIGTERM) and checks the topic: every event seen, duplicates,
 //!    and per key (aggregate id) the payload's `n` strictly rising in topic order.
 //!
@@ -234,6 +235,8 @@ struct Seen {
     /// Per key: the last `n` seen.
     last_n: HashMap<String, i64>,
     out_of_order: u64,
+    /// The first few: `key: n after n`.
+    out_of_order_samples: Vec<String>,
     /// The first message, for the record's shape.
     sample: Option<String>,
     /// CPU readings taken by the reader at the first message and at the `target`-th
@@ -309,9 +312,12 @@ fn spawn_reader(
             } else {
                 s.first.insert(id, at);
             }
-            let prev = s.last_n.insert(key, n);
-            if prev.is_some_and(|p| p >= n) {
+            let prev = s.last_n.insert(key.clone(), n);
+            if let Some(p) = prev.filter(|p| *p >= n) {
                 s.out_of_order += 1;
+                if s.out_of_order_samples.len() < 5 {
+                    s.out_of_order_samples.push(format!("{key}: {n} after {p}"));
+                }
             }
             let distinct = s.first.len();
             if s.at_first.is_none() {
@@ -368,33 +374,41 @@ async fn write_pending(pool: &PgPool, events: Vec<NewEvent>) -> Vec<(Uuid, Insta
     ids.into_iter().map(|id| (id, at)).collect()
 }
 
-/// Events at `rate`/s for `secs`, transactions of 10 on a fixed schedule (up to 8 at a
-/// time): each event's id and commit instant, and how far the writers fell behind.
+/// Events at `rate`/s for `secs`, transactions of 10 on a fixed schedule, each on one of 8
+/// lanes (transaction t on lane t % 8, up to 8 at a time): each event's id and commit
+/// instant, and how far the writers fell behind. An aggregate is written by one lane only,
+/// one transaction after the other, so its commit order is its `n` order; with the
+/// transactions of every lane in flight at once (as a first version had it), a slow early
+/// transaction could commit after a later one of the same aggregate, and the topic then
+/// showed the commit order, not `n`'s.
 async fn paced(pool: &PgPool, rate: u64, secs: u64) -> (Vec<(Uuid, Instant)>, Duration) {
     const PER_TX: usize = 10;
+    const LANES: usize = 8;
+    /// Aggregates per lane: 8 x 125 = 1 000 (`lag-<lane>-<j>`).
+    const PER_LANE: usize = 125;
     let transactions = (rate * secs) as usize / PER_TX;
     let interval = Duration::from_secs_f64(PER_TX as f64 / rate as f64);
-    let slots = Arc::new(tokio::sync::Semaphore::new(8));
+    let lanes: Vec<Arc<tokio::sync::Mutex<()>>> = (0..LANES).map(|_| Arc::default()).collect();
     let start = tokio::time::Instant::now();
     let mut behind = Duration::ZERO;
     let mut writes = Vec::with_capacity(transactions);
     for t in 0..transactions {
         let due = start + interval * t as u32;
         tokio::time::sleep_until(due).await;
-        let permit = slots.clone().acquire_owned().await.expect("open");
+        // Taken here, in t's order: the lane's transactions commit one after the other.
+        let lane = lanes[t % LANES].clone().lock_owned().await;
         behind = behind.max(tokio::time::Instant::now() - due);
         let pool = pool.clone();
-        // Aggregate lag-<k> gets its events in rising n, each from one transaction at a
-        // time: consecutive transactions touch different aggregates (100 apart).
+        let s = t / LANES;
         let events: Vec<NewEvent> = (0..PER_TX)
             .map(|k| {
-                let i = t * PER_TX + k;
-                event(&format!("lag-{}", i % 1000), (i / 1000) as i64 + 1)
+                let pos = s * PER_TX + k;
+                event(&format!("lag-{}-{}", t % LANES, pos % PER_LANE), (pos / PER_LANE) as i64 + 1)
             })
             .collect();
         writes.push(tokio::spawn(async move {
             let committed = write_pending(&pool, events).await;
-            drop(permit);
+            drop(lane);
             committed
         }));
     }
@@ -607,13 +621,14 @@ async fn run(a: Args) -> bool {
     println!("record:     {}", s.sample.as_deref().unwrap_or("(none)"));
     println!(
         "check:      {}/{total} events seen, {} messages, {} duplicates, {} malformed, {} keys, \
-         out-of-order {}: {}",
+         out-of-order {} {:?}: {}",
         s.first.len(),
         s.messages,
         s.duplicates,
         s.malformed,
         s.last_n.len(),
         s.out_of_order,
+        s.out_of_order_samples,
         if ok { "OK" } else { "FAILED" }
     );
     println!(
