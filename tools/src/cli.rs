@@ -67,7 +67,8 @@ The PostgreSQL server's commit counter (pg_stat_database) is read before and aft
 --target restate=URL sends the same orders to the Restate peer of scripts/bench-peer
 (bench/restate-peer: the same saga orchestrated by Restate) instead of the gateway:
 {order_id} in the URL becomes a fresh order id; 200 with {order_id, status} is a
-placed order, any other status a rejection.
+placed order, any other status a rejection. --target temporal=URL does the same with
+the Temporal peer's HTTP front (bench/temporal-peer), which answers alike.
 
 Examples:
   sagaworks-tools load --fixture fixture.json --concurrency 64 --duration-secs 60
@@ -255,8 +256,8 @@ pub struct LoadArgs {
     #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_in_flight: u64,
 
-    /// Where the orders go: `gateway` (POST /v1/orders at --api) or `restate=URL` (the Restate peer's handler; {order_id} in it becomes the order id).
-    #[arg(long, value_name = "gateway|restate=URL", default_value = "gateway")]
+    /// Where the orders go: `gateway` (POST /v1/orders at --api), `restate=URL` (the Restate peer's handler) or `temporal=URL` (the Temporal peer's front); {order_id} in a URL becomes the order id.
+    #[arg(long, value_name = "gateway|restate=URL|temporal=URL", default_value = "gateway")]
     pub target: Target,
 
     #[command(flatten)]
@@ -533,7 +534,7 @@ mod tests {
     }
 
     #[test]
-    fn the_target_is_the_gateway_or_a_restate_url() {
+    fn the_target_is_the_gateway_or_a_peer_url() {
         let url = "http://127.0.0.1:18080/OrderSaga/{order_id}/place";
         let target = format!("restate={url}");
         for mode in [&["--concurrency", "8"][..], &["--rate", "150"], &["--sweep", "100:200:50"]] {
@@ -547,7 +548,13 @@ mod tests {
         assert_eq!(load.target, Target::Gateway);
         assert!(parse(&["load", "--fixture", "f", "--target", "restate"]).is_err());
         assert!(parse(&["load", "--fixture", "f", "--target", "restate=127.0.0.1:18080/x"]).is_err());
-        assert!(parse(&["load", "--fixture", "f", "--target", "temporal=http://h/x"]).is_err());
+        let Command::Load(load) =
+            parse(&["load", "--fixture", "f", "--target", "temporal=http://h/x"]).unwrap()
+        else {
+            panic!("not load")
+        };
+        assert_eq!(load.target, Target::Temporal { url: "http://h/x".into() });
+        assert!(parse(&["load", "--fixture", "f", "--target", "cadence=http://h/x"]).is_err());
         assert!(parse(&["seed", "--out", "f", "--target", "gateway"]).is_err());
     }
 

@@ -21,7 +21,7 @@ fn api(gateway: &GatewayArgs) -> Result<Api, ToolError> {
     Api::new(&gateway.api, gateway.tokens()?, Duration::from_secs(30))
 }
 
-/// Where `load` sends its orders (`--target`): the gateway, or the Restate peer.
+/// Where `load` sends its orders (`--target`): the gateway, or a peer (Restate, Temporal).
 fn orders(args: &LoadArgs) -> Result<Orders, ToolError> {
     Orders::new(&args.target, api(&args.gateway)?, Duration::from_secs(30))
 }
@@ -33,6 +33,9 @@ fn commits_note(args: &LoadArgs) -> &'static str {
         sagaworks_tools::Target::Gateway => "",
         sagaworks_tools::Target::Restate { .. } => {
             " [inventory and payment only: Restate's journal and state are not in PostgreSQL]"
+        }
+        sagaworks_tools::Target::Temporal { .. } => {
+            " [inventory and payment only: Temporal's history is in its own SQLite file, not in PostgreSQL]"
         }
     }
 }

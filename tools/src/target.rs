@@ -9,6 +9,9 @@
 //!   object's key: the order id), the same `Idempotency-Key` header (Restate dedupes on it),
 //!   no bearer token (the peer has no authentication). `200` with `{order_id, status}` is
 //!   accepted; any other status (a terminal error's code, Restate's own 4xx/5xx) is rejected.
+//! * [`Target::Temporal`]: the other peer, the same saga as a Temporal workflow
+//!   (`bench/temporal-peer`), through that peer's HTTP front, which answers as Restate's
+//!   ingress does (the same URL shape, body and answers): the same client as for Restate.
 //!
 //! The generator, the latency measurement, the CPU accounting and the report are the same
 //! for both ([`crate::load`], [`crate::open_loop`]); only [`Orders::place_order`] differs.
@@ -22,7 +25,7 @@ use std::time::Duration;
 /// In a Restate target's URL: replaced by a fresh order id (UUIDv7) per order.
 pub const ORDER_ID: &str = "{order_id}";
 
-/// `--target`: the gateway, or `restate=URL`.
+/// `--target`: the gateway, `restate=URL` or `temporal=URL`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Target {
     #[default]
@@ -30,6 +33,8 @@ pub enum Target {
     /// The saga handler's URL on Restate's ingress, e.g.
     /// `http://127.0.0.1:18080/OrderSaga/{order_id}/place`.
     Restate { url: String },
+    /// The Temporal peer's HTTP front, e.g. `http://127.0.0.1:19090/OrderSaga/{order_id}/place`.
+    Temporal { url: String },
 }
 
 impl Target {
@@ -38,6 +43,7 @@ impl Target {
         match self {
             Self::Gateway => "sagaworks (POST /v1/orders)",
             Self::Restate { .. } => "restate peer",
+            Self::Temporal { .. } => "temporal peer",
         }
     }
 }
@@ -47,6 +53,7 @@ impl fmt::Display for Target {
         match self {
             Self::Gateway => f.write_str("gateway"),
             Self::Restate { url } => write!(f, "restate={url}"),
+            Self::Temporal { url } => write!(f, "temporal={url}"),
         }
     }
 }
@@ -54,19 +61,25 @@ impl fmt::Display for Target {
 impl FromStr for Target {
     type Err = String;
 
-    /// `gateway` or `restate=URL` (http or https, with a host; [`ORDER_ID`] anywhere in it).
+    /// `gateway`, `restate=URL` or `temporal=URL` (http or https, with a host; [`ORDER_ID`]
+    /// anywhere in it).
     fn from_str(s: &str) -> Result<Self, String> {
         if s == "gateway" {
             return Ok(Self::Gateway);
         }
-        let Some(url) = s.strip_prefix("restate=") else {
-            return Err(format!("{s:?} is neither `gateway` nor `restate=URL`"));
+        let Some((peer, url)) = s.split_once('=').filter(|(p, _)| matches!(*p, "restate" | "temporal"))
+        else {
+            return Err(format!("{s:?} is neither `gateway`, `restate=URL` nor `temporal=URL`"));
         };
         let probe = url.replace(ORDER_ID, &uuid::Uuid::nil().to_string());
-        let parsed = reqwest::Url::parse(&probe).map_err(|e| format!("restate={url}: not a URL: {e}"))?;
+        let parsed = reqwest::Url::parse(&probe).map_err(|e| format!("{peer}={url}: not a URL: {e}"))?;
         match parsed.scheme() {
-            "http" | "https" if parsed.has_host() => Ok(Self::Restate { url: url.to_string() }),
-            _ => Err(format!("restate={url}: must be an http:// or https:// URL with a host")),
+            "http" | "https" if parsed.has_host() => Ok(if peer == "restate" {
+                Self::Restate { url: url.to_string() }
+            } else {
+                Self::Temporal { url: url.to_string() }
+            }),
+            _ => Err(format!("{peer}={url}: must be an http:// or https:// URL with a host")),
         }
     }
 }
@@ -89,11 +102,14 @@ pub enum Orders {
 }
 
 impl Orders {
-    /// The client of `target`: `api` for the gateway; a plain HTTP client for Restate.
+    /// The client of `target`: `api` for the gateway; a plain HTTP client for a peer (Restate's
+    /// ingress, or the Temporal peer's front, which answers alike).
     pub fn new(target: &Target, api: Api, timeout: Duration) -> Result<Self, ToolError> {
         Ok(match target {
             Target::Gateway => Self::Gateway(api),
-            Target::Restate { url } => Self::Restate(RestatePeer::new(url, timeout)?),
+            Target::Restate { url } | Target::Temporal { url } => {
+                Self::Restate(RestatePeer::new(url, timeout)?)
+            }
         })
     }
 
@@ -112,7 +128,8 @@ impl Orders {
     }
 }
 
-/// The Restate peer's saga handler, through Restate's ingress.
+/// The Restate peer's saga handler, through Restate's ingress (or the Temporal peer's front,
+/// which takes and answers the same).
 pub struct RestatePeer {
     http: reqwest::Client,
     url: String,
@@ -163,11 +180,23 @@ mod tests {
         assert_eq!(target.to_string(), format!("restate={url}"));
         // A plain service: no key in the URL.
         assert!("restate=https://peer.example/OrderSaga/place".parse::<Target>().is_ok());
+        let url = "http://127.0.0.1:19090/OrderSaga/{order_id}/place";
+        let target: Target = format!("temporal={url}").parse().unwrap();
+        assert_eq!(target, Target::Temporal { url: url.into() });
+        assert_eq!(target.to_string(), format!("temporal={url}"));
     }
 
     #[test]
     fn bad_targets_are_refused() {
-        for bad in ["", "restate", "restate=", "restate=127.0.0.1:8080/x", "temporal=http://h/x", "Gateway"] {
+        for bad in [
+            "",
+            "restate",
+            "restate=",
+            "restate=127.0.0.1:8080/x",
+            "temporal=",
+            "cadence=http://h/x",
+            "Gateway",
+        ] {
             assert!(bad.parse::<Target>().is_err(), "{bad:?} parsed");
         }
         assert!("restate=ftp://h/x".parse::<Target>().unwrap_err().contains("http"));
