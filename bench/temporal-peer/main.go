@@ -13,7 +13,8 @@
 // Environment: PEER_PORT (19090), TEMPORAL_ADDRESS (127.0.0.1:7233), TEMPORAL_NAMESPACE
 // (default), TASK_QUEUE (order-saga), INVENTORY_URL (127.0.0.1:7082), PAYMENT_URL
 // (127.0.0.1:7083), KAFKA_BROKERS (127.0.0.1:9092; empty: publish nothing), TOPIC_PREFIX
-// (sagaworks).
+// (sagaworks), WORKFLOW_POLLERS and ACTIVITY_POLLERS (the worker's pollers per task type; 0,
+// the default: the SDK's default, 2).
 package main
 
 import (
@@ -28,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -49,6 +51,14 @@ func env(name, fallback string) string {
 		return v
 	}
 	return fallback
+}
+
+func envInt(name string, fallback int) int {
+	v, err := strconv.Atoi(env(name, strconv.Itoa(fallback)))
+	if err != nil {
+		log.Fatalf("temporal-peer: %s: %v", name, err)
+	}
+	return v
 }
 
 var uuidRe = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
@@ -175,7 +185,12 @@ func main() {
 		activities.Producer = producer
 	}
 
-	w := worker.New(c, taskQueue, worker.Options{})
+	// Pollers per task type: the SDK's defaults (2 each) unless WORKFLOW_POLLERS or
+	// ACTIVITY_POLLERS say otherwise.
+	w := worker.New(c, taskQueue, worker.Options{
+		MaxConcurrentWorkflowTaskPollers: envInt("WORKFLOW_POLLERS", 0),
+		MaxConcurrentActivityTaskPollers: envInt("ACTIVITY_POLLERS", 0),
+	})
 	w.RegisterWorkflowWithOptions(OrderSaga, workflowOptions())
 	w.RegisterActivity(activities)
 	if err := w.Start(); err != nil {
