@@ -14,11 +14,15 @@
 // (default), TASK_QUEUE (order-saga), INVENTORY_URL (127.0.0.1:7082), PAYMENT_URL
 // (127.0.0.1:7083), KAFKA_BROKERS (127.0.0.1:9092; empty: publish nothing), TOPIC_PREFIX
 // (sagaworks), WORKFLOW_POLLERS and ACTIVITY_POLLERS (the worker's pollers per task type; 0,
-// the default: the SDK's default, 2).
+// the default: the SDK's default, 2); TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE (mutual TLS to
+// the participants; unset: plaintext); KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD (SCRAM-SHA-512)
+// and KAFKA_CA_FILE (TLS to the broker).
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,11 +39,13 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	inv "sagaworks.dev/bench/temporal-peer/gen/inventorypb"
@@ -139,8 +145,39 @@ func front(c client.Client, taskQueue string) http.Handler {
 	return mux
 }
 
-func dialGRPC(addr string) *grpc.ClientConn {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// tlsConfig is the mutual TLS of the dev stack (libs/mtls): the CA of TLS_CA_FILE, and the
+// client certificate TLS_CERT_FILE / TLS_KEY_FILE when set (the peer stands in for the
+// order service, so it presents order's). Nil when TLS_CA_FILE is unset: plaintext.
+func tlsConfig() *tls.Config {
+	caFile := env("TLS_CA_FILE", "")
+	if caFile == "" {
+		return nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		log.Fatalf("temporal-peer: TLS_CA_FILE: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		log.Fatalf("temporal-peer: TLS_CA_FILE %s: no certificate", caFile)
+	}
+	conf := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if certFile := env("TLS_CERT_FILE", ""); certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, env("TLS_KEY_FILE", ""))
+		if err != nil {
+			log.Fatalf("temporal-peer: TLS_CERT_FILE/TLS_KEY_FILE: %v", err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
+	return conf
+}
+
+func dialGRPC(addr string, tc *tls.Config) *grpc.ClientConn {
+	creds := insecure.NewCredentials()
+	if tc != nil {
+		creds = credentials.NewTLS(tc)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		log.Fatalf("temporal-peer: %s: %v", addr, err)
 	}
@@ -167,17 +204,32 @@ func main() {
 	}
 	defer c.Close()
 
+	tc := tlsConfig()
 	activities := &Activities{
-		Inventory: inv.NewInventoryServiceClient(dialGRPC(inventoryURL)),
-		Payment:   pay.NewPaymentServiceClient(dialGRPC(paymentURL)),
+		Inventory: inv.NewInventoryServiceClient(dialGRPC(inventoryURL, tc)),
+		Payment:   pay.NewPaymentServiceClient(dialGRPC(paymentURL, tc)),
 		Topic:     topic,
 	}
 	if brokers != "" {
-		producer, err := kgo.NewClient(
+		opts := []kgo.Opt{
 			kgo.SeedBrokers(strings.Split(brokers, ",")...),
 			kgo.AllowAutoTopicCreation(),
 			kgo.ClientID("temporal-peer"),
-		)
+		}
+		// The dev stack's SASL_SSL listener: SCRAM-SHA-512 over TLS (the CA of KAFKA_CA_FILE).
+		if user := env("KAFKA_SASL_USERNAME", ""); user != "" {
+			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: env("KAFKA_SASL_PASSWORD", "")}.AsSha512Mechanism()))
+		}
+		if caFile := env("KAFKA_CA_FILE", ""); caFile != "" {
+			pem, err := os.ReadFile(caFile)
+			if err != nil {
+				log.Fatalf("temporal-peer: KAFKA_CA_FILE: %v", err)
+			}
+			pool := x509.NewCertPool()
+			pool.AppendCertsFromPEM(pem)
+			opts = append(opts, kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+		}
+		producer, err := kgo.NewClient(opts...)
 		if err != nil {
 			log.Fatalf("temporal-peer: Kafka at %s: %v", brokers, err)
 		}
