@@ -283,7 +283,9 @@ class ConsistencyTest(unittest.TestCase):
         payment_db["spec"]["ingress"][0]["from"].append({"namespaceSelector": {}})
         failures = self.failures(k8s=k8s)
         self.assert_fails(failures, "dev/StatefulSet/order-db: port 5432 must admit exactly ['order'], admits ['inventory', 'order']")
-        self.assert_fails(failures, "dev/StatefulSet/kafka: port 9092 must admit exactly ['inventory', 'kafka-topics', 'order', 'payment'], admits ['gateway', 'inventory', 'order', 'payment']")
+        clients = sorted(consistency.KAFKA_CLIENTS)
+        self.assert_fails(failures, f"dev/StatefulSet/kafka: port 9092 must admit exactly {sorted([*clients, 'kafka-topics'])}, "
+                                    f"admits {sorted(consistency.SERVICES)}")
         self.assert_fails(failures, "dev/StatefulSet/payment-db: port 5432 is reachable from outside the namespace (['ns:*'])")
 
     def test_scraping_from_elsewhere_in_dev_fails(self) -> None:
@@ -607,30 +609,111 @@ class WorkflowsTest(unittest.TestCase):
     def test_a_service_named_like_a_shared_workflow_fails(self) -> None:
         self.assert_fails(self.failures(ROOT, [*SERVICES, "libs"]), "libs: its workflow would be .github/workflows/libs.yml, a shared workflow")
 
-    def test_new_service_renders_a_workflow_that_passes(self) -> None:
-        """scripts/new-service in a copy of what it reads and writes (no build: tests/system/deploy.rs
-        builds and tests the generated crate)."""
+    def test_the_template_renders_the_real_services_workflows(self) -> None:
+        # The template renders the real services' workflows too: they differ only by name.
+        template = (ROOT / "deploy" / "template" / "workflow.yml").read_text()
+        for name in SERVICES:
+            self.assertEqual(
+                (ROOT / consistency.WORKFLOWS_DIR / f"{name}.yml").read_text(),
+                template.replace("{{name}}", name),
+                f"{name}.yml is deploy/template/workflow.yml rendered for {name}",
+            )
+
+
+def repository_files(root: Path) -> dict[str, bytes]:
+    """The files of the working tree git would see (tracked, and untracked but not ignored):
+    what scripts/new-service and scripts/remove-service may change."""
+    out = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=root, check=True,
+                         capture_output=True).stdout
+    files = {}
+    for rel in sorted(set(out.decode().split("\0")) - {""}):
+        path = root / rel
+        if path.is_file():
+            files[rel] = path.read_bytes()
+    return files
+
+
+def copy_repository(root: Path, to: Path) -> None:
+    """A copy of `repository_files(root)`, a git repository of its own (one commit)."""
+    for rel, content in repository_files(root).items():
+        (to / rel).parent.mkdir(parents=True, exist_ok=True)
+        (to / rel).write_bytes(content)
+        if os.access(root / rel, os.X_OK):
+            (to / rel).chmod(0o755)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@localhost"]
+    subprocess.run(["git", "init", "-q"], cwd=to, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=to, check=True)
+    subprocess.run([*git, "commit", "-qm", "copy"], cwd=to, check=True)
+
+
+def fresh_name(base: str = "sample") -> str:
+    """A service name services.toml does not hold yet (this may run in a copy that has one)."""
+    name, n = base, 1
+    while name in SERVICES:
+        n += 1
+        name = f"{base}{n}"
+    return name
+
+
+class NewServiceTest(unittest.TestCase):
+    """scripts/new-service in a copy of the repository: the service it adds passes every check
+    of consistency.py and the copy's own deploy files render; scripts/remove-service then
+    leaves the copy byte for byte as it was. (No build here: tests/system/deploy.rs builds and
+    tests the crate; scripts/test-new-service runs the service in dev-up and validates it with
+    every tool of scripts/validate-deploy.)"""
+
+    def test_new_service_wires_a_consistent_deployment_and_remove_service_takes_it_back(self) -> None:
+        name = fresh_name()
         with tempfile.TemporaryDirectory(prefix="sw-new-service-") as tmp:
-            root = self.copy(tmp)
-            for rel in ("scripts/new-service", "scripts/lib/services.sh", "Cargo.toml", "services.toml"):
-                (root / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(ROOT / rel, root / rel)
-            shutil.copytree(ROOT / "deploy" / "template", root / "deploy" / "template")
-            subprocess.run([str(root / "scripts" / "new-service"), "sample"], check=True, capture_output=True, cwd=root)
-            workflow = root / consistency.WORKFLOWS_DIR / "sample.yml"
-            self.assertTrue(workflow.is_file(), "scripts/new-service writes .github/workflows/sample.yml")
-            self.assertNotIn("{{name}}", workflow.read_text())
-            services = list(consistency.load_services(root / "services.toml"))
-            self.assertIn("sample", services)
-            self.assertEqual(self.failures(root, services), [])
-            # The template renders the real services' workflows too: they differ only by name.
-            template = (ROOT / "deploy" / "template" / "workflow.yml").read_text()
-            for name in SERVICES:
-                self.assertEqual(
-                    (ROOT / consistency.WORKFLOWS_DIR / f"{name}.yml").read_text(),
-                    template.replace("{{name}}", name),
-                    f"{name}.yml is deploy/template/workflow.yml rendered for {name}",
-                )
+            root = Path(tmp)
+            copy_repository(ROOT, root)
+            before = repository_files(root)
+            subprocess.run([str(root / "scripts" / "new-service"), name], check=True, capture_output=True, cwd=root)
+            after = repository_files(root)
+            added = sorted(set(after) - set(before))
+            self.assertIn(f".github/workflows/{name}.yml", added)
+            self.assertIn(f"k8s/base/{name}/deployment.yaml", added)
+            self.assertIn(f"k8s/overlays/dev/infra/postgres/{name}-db.yaml", added)
+            workflow = (root / consistency.WORKFLOWS_DIR / f"{name}.yml").read_text()
+            self.assertNotIn("{{name}}", workflow)
+            services = consistency.load_services(root / "services.toml")
+            self.assertIn(name, services)
+            report = consistency.Report()
+            consistency.check_workflows(report, root, list(services))
+            self.assertEqual(report.failures, [])
+
+            # The copy's compose file and overlays, checked by the copy's consistency.py (it
+            # reads the copy's services.toml).
+            env = {**os.environ, "GATEWAY_JWT_SECRET": "test"} | {
+                f"{user.upper()}_KAFKA_PASSWORD": f"{user}-test"
+                for user in ["admin", *(n for n, s in services.items() if s.kind == "backend")]
+            }
+            compose = subprocess.run(["docker-compose", "-f", "docker-compose.yml", "config"], cwd=root, env=env,
+                                     check=True, capture_output=True, text=True).stdout
+            (root / ".dev").mkdir()
+            (root / ".dev" / "compose.yml").write_text(compose)
+            kustomize = os.environ.get("SW_KUSTOMIZE", "kubectl kustomize").split()
+            args = []
+            for overlay in ("dev", "prod"):
+                out = subprocess.run([*kustomize, f"k8s/overlays/{overlay}"], cwd=root, check=True,
+                                     capture_output=True, text=True).stdout
+                (root / ".dev" / f"{overlay}.yaml").write_text(out)
+                args += ["--k8s", f"{overlay}=.dev/{overlay}.yaml"]
+            checked = subprocess.run(
+                [sys.executable, "deploy/consistency.py", "--keys", "deploy/config-keys.txt", "--compose",
+                 ".dev/compose.yml", *args], cwd=root, capture_output=True, text=True)
+            self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
+            self.assertIn(name, yaml.safe_load(compose)["services"])
+            shutil.rmtree(root / ".dev")
+
+            subprocess.run([str(root / "scripts" / "remove-service"), name], check=True, capture_output=True, cwd=root)
+            back = repository_files(root)
+            self.assertEqual(sorted(set(back) ^ set(before)), [], "remove-service leaves exactly the files there were")
+            changed = [rel for rel in before if before[rel] != back[rel]]
+            self.assertEqual(changed, [], "remove-service leaves every file as it was")
+            status = subprocess.run(["git", "status", "--porcelain"], cwd=root, check=True, capture_output=True,
+                                    text=True).stdout
+            self.assertEqual(status, "", "git status is clean after new-service + remove-service")
 
 
 class ReleaseImagesTest(unittest.TestCase):
