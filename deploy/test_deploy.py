@@ -14,8 +14,11 @@
   SASL_SSL; the Kafka security checks of consistency.py catch their drift;
 * the prod overlay's managed-services example component still renders and passes the checks;
 * the CI pipelines: a workflow per service of services.toml and none for another (the
-  checker's negatives), the one scripts/new-service renders, and the release's kustomization
-  (deploy/release_images.py) pinning every image by digest;
+  checker's negatives), and the release's kustomization (deploy/release_images.py) pinning
+  every image by digest;
+* scripts/new-service in a copy of the repository: the service's workflow and deployment
+  wiring pass consistency.py, and scripts/remove-service leaves the copy byte for byte as it
+  was (scripts/test-new-service also builds it and runs it in dev-up);
 * the Docker build context that .dockerignore leaves is a complete cargo workspace, with
   everything the build reads (proto/, migrations/, deploy/http-probe) and nothing else.
 

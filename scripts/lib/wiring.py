@@ -3,7 +3,8 @@
 
     python3 scripts/lib/wiring.py add <name>      (scripts/new-service runs it)
     python3 scripts/lib/wiring.py remove <name>   (scripts/remove-service runs it)
-    python3 scripts/lib/wiring.py list            the files it edits or creates
+    python3 scripts/lib/wiring.py list <name>     the files it edits or creates
+    python3 scripts/lib/wiring.py acls            rewrite deploy/kafka/acls.txt (and its dev copy)
 
 Both read the service's [[service]] entry in services.toml (its ports, database, topics and
 the services it calls): `add` after new-service appended it, `remove` before
