@@ -1142,11 +1142,16 @@ class BuildContextTest(unittest.TestCase):
             for rel in re.findall(r'sqlx::migrate!\("([^"]+)"\)', source.read_text()):
                 crate = ROOT / "services" / source.relative_to(ROOT).parts[1]
                 wanted.append((crate / rel).resolve().relative_to(ROOT))
+        # Files compiled in by include_str!/include_bytes! (relative to the source file), e.g.
+        # libs/mtls's copy of services.toml, in every crate an image builds.
+        for source in [*ROOT.glob("services/*/src/**/*.rs"), *ROOT.glob("libs/*/src/**/*.rs")]:
+            for rel in re.findall(r'include_(?:str|bytes)!\("([^"]+)"\)', source.read_text()):
+                wanted.append((source.parent / rel).resolve().relative_to(ROOT))
         for path in wanted:
             self.assertTrue(path in self.context, f"{path} is excluded from the build context")
 
     def test_context_leaves_out_what_the_build_does_not_read(self) -> None:
-        for path in (".git", ".github", "target", "k8s", "docs", "docker-compose.yml", "deploy/Dockerfile", "services.toml"):
+        for path in (".git", ".github", "target", "k8s", "docs", "docker-compose.yml", "deploy/Dockerfile"):
             self.assertFalse(Path(path) in self.context, f"{path} is sent to the build")
 
 
