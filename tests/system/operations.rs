@@ -213,13 +213,7 @@ async fn compensate_aborts_a_stuck_saga_and_restores_stock_and_money() {
 #[tokio::test]
 async fn resolve_lets_a_stuck_compensation_go_on() {
     let (url, _held) = system_tests::unanswering_server().await;
-    // On version 1, whose first call to payment is the charge (version 2 would stop at
-    // check_account, with nothing to compensate). Goes with version 1's code.
-    let mut stack = Stack::start_with(|s| {
-        system_tests::payment_at(s, &url);
-        s.saga.start_version = 1;
-    })
-    .await;
+    let mut stack = Stack::start_with(|s| system_tests::charges_at_on_v1(s, &url)).await;
     let product = stack.product(100, 5).await;
     let customer = stack.customer(1_000).await;
     let (_, order) = stack.place(&customer, &product, 1).await;

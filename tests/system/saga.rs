@@ -491,14 +491,7 @@ async fn replicas_do_not_run_a_saga_twice() {
 #[tokio::test]
 async fn a_participant_that_never_answers_leads_to_compensation() {
     let (url, held) = system_tests::unanswering_server().await;
-    // On version 1, whose first call to payment is the charge: version 2 asks payment
-    // first in check_account, whose unanswered call the fault matrix covers
-    // (`check_account::deadline_passed`). Goes with version 1's code.
-    let mut stack = Stack::start_with(|s| {
-        system_tests::payment_at(s, &url);
-        s.saga.start_version = 1;
-    })
-    .await;
+    let mut stack = Stack::start_with(|s| system_tests::charges_at_on_v1(s, &url)).await;
     let product = stack.product(100, 5).await;
     let customer = stack.customer(1_000).await;
     let (_, order) = stack.place(&customer, &product, 1).await;
