@@ -15,48 +15,41 @@
 # ${XDG_CACHE_HOME:-$HOME/.cache}/sagaworks/bin/actionlint-<version>: a version bump builds
 # anew, anything else reuses it. The build goes to a temporary directory in that directory
 # first and is renamed when complete, under a lock (flock), so an interrupted or concurrent
-# build leaves no half binary (as scripts/lib/tracing.sh does for Jaeger). First build on a
-# fresh machine: about 15 s.
+# build leaves no half binary: scripts/lib/tracing.sh's sw_tracing_build_once, which builds
+# Jaeger, the Collector and the Temporal CLI the same way. First build on a fresh machine:
+# about 15 s.
 
 SW_ACTIONLINT_MODULE=github.com/rhysd/actionlint
 SW_ACTIONLINT_VERSION=v1.7.12
 
+SW_ACTIONLINT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=scripts/lib/tracing.sh
+. "$SW_ACTIONLINT_ROOT/scripts/lib/tracing.sh"
+
 sw_actionlint_err() { printf 'actionlint: %s\n' "$*" >&2; }
 
+# Called by sw_tracing_build_once under its lock.
+sw_tracing_build_actionlint() { # scratch dir, output binary
+    local version
+    # Outside any module (the scratch dir), so no go.mod of this repository is consulted.
+    (cd "$1" && GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN="$1/gobin" \
+        GOFLAGS="${GOFLAGS:+$GOFLAGS }-buildvcs=false" \
+        go install -trimpath -ldflags "-s -w -X $SW_ACTIONLINT_MODULE.version=$SW_ACTIONLINT_VERSION" \
+        "$SW_ACTIONLINT_MODULE/cmd/actionlint@$SW_ACTIONLINT_VERSION") >&2 || return 1
+    [ -x "$1/gobin/actionlint" ] || { sw_actionlint_err "go install left no binary"; return 1; }
+    version="$("$1/gobin/actionlint" -version | head -n 1)"
+    [ "$version" = "$SW_ACTIONLINT_VERSION" ] ||
+        { sw_actionlint_err "the binary says it is '$version', not $SW_ACTIONLINT_VERSION"; return 1; }
+    mv -f "$1/gobin/actionlint" "$2"
+}
+
 sw_actionlint_bin() {
-    local dir bin
-    dir="${XDG_CACHE_HOME:-$HOME/.cache}/sagaworks/bin"
-    bin="$dir/actionlint-$SW_ACTIONLINT_VERSION"
-    if [ -x "$bin" ]; then
-        printf '%s\n' "$bin"
-        return 0
+    local bin
+    bin="$(sw_tracing_bin_dir)/actionlint-$SW_ACTIONLINT_VERSION"
+    if [ ! -x "$bin" ]; then
+        command -v go >/dev/null || { sw_actionlint_err "go is missing: building actionlint needs Go >= 1.24 on PATH"; return 1; }
+        sw_tracing_build_once "$bin" actionlint "actionlint $SW_ACTIONLINT_VERSION ($SW_ACTIONLINT_MODULE, from the Go module proxy)" ||
+            return 1
     fi
-    command -v go >/dev/null || { sw_actionlint_err "go is missing: building actionlint needs Go >= 1.24 on PATH"; return 1; }
-    mkdir -p "$dir" || { sw_actionlint_err "cannot create $dir"; return 1; }
-    (
-        if command -v flock >/dev/null; then
-            exec 9>"$dir/.build.lock"
-            flock 9 || exit 1
-            # Under the lock, whatever temporary files are left were left by a killed build.
-            rm -rf "$dir"/.build.*.tmp
-        fi
-        [ -x "$bin" ] && exit 0
-        scratch="$(mktemp -d "$dir/.build.XXXXXX.tmp")" || exit 1
-        trap 'rm -rf "$scratch"' EXIT
-        trap 'exit 130' INT TERM
-        printf '==> building actionlint %s from the Go module proxy (once per machine)\n' "$SW_ACTIONLINT_VERSION" >&2
-        started=$SECONDS
-        # Outside any module (the scratch dir), so no go.mod of this repository is consulted.
-        (cd "$scratch" && GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN="$scratch/gobin" \
-            GOFLAGS="${GOFLAGS:+$GOFLAGS }-buildvcs=false" \
-            go install -trimpath -ldflags "-s -w -X $SW_ACTIONLINT_MODULE.version=$SW_ACTIONLINT_VERSION" \
-            "$SW_ACTIONLINT_MODULE/cmd/actionlint@$SW_ACTIONLINT_VERSION") >&2 || exit 1
-        [ -x "$scratch/gobin/actionlint" ] || { sw_actionlint_err "go install left no binary"; exit 1; }
-        version="$("$scratch/gobin/actionlint" -version | head -n 1)"
-        [ "$version" = "$SW_ACTIONLINT_VERSION" ] ||
-            { sw_actionlint_err "the binary says it is '$version', not $SW_ACTIONLINT_VERSION"; exit 1; }
-        mv -f "$scratch/gobin/actionlint" "$bin" || exit 1
-        printf '==> built %s in %ss\n' "$bin" "$((SECONDS - started))" >&2
-    ) || { sw_actionlint_err "building $SW_ACTIONLINT_MODULE@$SW_ACTIONLINT_VERSION failed (see above; is the Go module proxy reachable?)"; return 1; }
     printf '%s\n' "$bin"
 }
