@@ -222,6 +222,11 @@ impl Stack {
         tweak(&mut settings);
         let order = start_order(settings).await;
         let gateway = start_gateway(&order.grpc_url(), &inventory.grpc_url(), &payment.grpc_url()).await;
+        // The relays delete what they published: a test reads what was written
+        // from the ledger (`outbox_ledger`), installed before anything is.
+        for db in [&order_db, &inventory_db, &payment_db] {
+            sagaworks_outbox::ledger::install(&db.pool().await).await.expect("the outbox ledger");
+        }
         // Calls carry an admin token unless they set their own Authorization header.
         let mut headers = reqwest::header::HeaderMap::new();
         let bearer = format!("Bearer {}", auth::admin_token());

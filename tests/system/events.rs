@@ -109,7 +109,7 @@ async fn the_gateway_serves_the_asyncapi_document_and_orders_confirm_with_v2() {
     assert_eq!(order["status"], "CONFIRMED", "{order}");
     let pool = stack.order_db.pool().await;
     let (version, schema, payload): (i32, Option<String>, Vec<u8>) = sqlx::query_as(
-        "SELECT schema_version, data_schema, payload FROM outbox WHERE event_type = 'OrderConfirmed'",
+        "SELECT schema_version, data_schema, payload FROM outbox_ledger WHERE event_type = 'OrderConfirmed'",
     )
     .fetch_one(&pool)
     .await

@@ -752,7 +752,7 @@ async fn reservations_are_committed_in_batches_all_or_nothing() {
             .collect()
     };
     let events = async |conn: &mut sqlx::PgConnection| -> Vec<String> {
-        sqlx::query_scalar("SELECT aggregate_id FROM outbox WHERE event_type = 'StockCommitted' ORDER BY seq")
+        sqlx::query_scalar("SELECT aggregate_id FROM outbox_ledger WHERE event_type = 'StockCommitted' ORDER BY seq")
             .fetch_all(conn)
             .await
             .unwrap()

@@ -91,6 +91,19 @@ Examples:
       --brokers 127.0.0.1:9092 --kills kills.txt --min-accepted 100 --min-cancelled 1")]
     Check(CheckArgs),
 
+    /// Install the outbox ledger on the service databases, before a run that `check` verifies.
+    #[command(after_long_help = "\
+The relay deletes an outbox row once the broker acked it, so after a run the outbox no
+longer says what was written. The ledger (sagaworks_outbox::ledger) copies every row
+written from now on, in the writer's transaction, into outbox_ledger; `check --brokers`
+compares it with Kafka and fails on a database without it. Install it right after the
+services' migrations ran and before anything writes events: a verification run's
+set-up, never production (every write pays a second insert).
+
+Examples:
+  sagaworks-tools ledger --db-prefix sagaworks_chaos")]
+    Ledger(LedgerArgs),
+
     /// Write a development CA and a certificate per service (mutual TLS between them).
     #[command(after_long_help = "\
 Writes <dir>/ca.pem and, per service, <dir>/<service>.pem and <dir>/<service>-key.pem:
@@ -318,6 +331,17 @@ impl LoadArgs {
             max_quantity: self.max_quantity,
         }
     }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LedgerArgs {
+    /// The PostgreSQL server of the service databases, as a URL (a role that may create triggers).
+    #[arg(long, value_name = "URL", default_value = DEFAULT_PG)]
+    pub pg_admin: String,
+
+    /// The service databases are <P>_order, <P>_inventory, <P>_payment.
+    #[arg(long, value_name = "P", default_value = "sagaworks")]
+    pub db_prefix: String,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -5,7 +5,7 @@ use sagaworks_config::KafkaSettings;
 use sagaworks_mtls::dev_ca::DevCa;
 use sagaworks_tools::check::coverage::{Kill, Minimums};
 use sagaworks_tools::check::{self, Verdict};
-use sagaworks_tools::cli::{CheckArgs, Cli, Command, GatewayArgs, LoadArgs, SeedArgs};
+use sagaworks_tools::cli::{CheckArgs, Cli, Command, GatewayArgs, LedgerArgs, LoadArgs, SeedArgs};
 use sagaworks_tools::cpu::{CpuTimes, CpuUsage};
 use sagaworks_tools::load;
 use sagaworks_tools::open_loop::{self, StepReport};
@@ -43,6 +43,15 @@ fn commits_note(args: &LoadArgs) -> &'static str {
 /// Reads a file given by a flag.
 fn read(path: &Path) -> Result<String, ToolError> {
     std::fs::read_to_string(path).map_err(|source| ToolError::Io { path: path.display().to_string(), source })
+}
+
+async fn ledger(args: LedgerArgs) -> Result<ExitCode, ToolError> {
+    let dbs = Databases::connect(&args.pg_admin, &args.db_prefix).await?;
+    for (service, pool) in dbs.all() {
+        sagaworks_outbox::ledger::install(pool).await?;
+        println!("outbox ledger installed on {}_{service}", args.db_prefix);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn seed(args: SeedArgs) -> Result<ExitCode, ToolError> {
@@ -326,6 +335,7 @@ async fn main() -> ExitCode {
         Command::Seed(args) => seed(args).await,
         Command::Load(args) => run_load(args).await,
         Command::Check(args) => run_check(args).await,
+        Command::Ledger(args) => ledger(args).await,
         Command::DevCerts(args) => dev_certs(&args),
     };
     result.unwrap_or_else(|e| {

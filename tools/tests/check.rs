@@ -32,6 +32,8 @@ async fn service_db(service: &str) -> (TestDatabase, PgPool) {
     }
     migrators.extend([Migrator::new(dir).await.unwrap(), sagaworks_outbox::migrator()]);
     sagaworks_runtime::db::migrate(&pool, &mut migrators).await.unwrap();
+    // As a verification run sets up: the relay deletes what it published.
+    sagaworks_outbox::ledger::install(&pool).await.unwrap();
     (db, pool)
 }
 
@@ -134,7 +136,7 @@ async fn consistent_ledger() -> Ledger {
 }
 
 /// Writes an event to an outbox as the writer would (`published`: as if
-/// the relay had sent it); returns its id.
+/// the relay had sent it, and so deleted it); returns its id.
 async fn outbox_row(
     pool: &PgPool,
     aggregate: &str,
@@ -145,17 +147,19 @@ async fn outbox_row(
     let id = Uuid::new_v4();
     sqlx::query(
         "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, source, content_type,
-                             payload, published_at)
-         VALUES ($1, $2, $3, $4, 1, '/test', 'application/json', '\\x7b7d', CASE WHEN $5 THEN now() END)",
+                             payload)
+         VALUES ($1, $2, $3, $4, 1, '/test', 'application/json', '\\x7b7d')",
     )
     .bind(id)
     .bind(aggregate)
     .bind(aggregate_id)
     .bind(event)
-    .bind(published)
     .execute(pool)
     .await
     .unwrap();
+    if published {
+        sqlx::query("DELETE FROM outbox WHERE id = $1").bind(id).execute(pool).await.unwrap();
+    }
     id
 }
 
@@ -468,12 +472,12 @@ async fn every_event_on_kafka_passes_and_a_copy_needs_a_death_of_its_publisher()
     let v = events::exactly_once(&l.dbs, &kafka, &[], KAFKA_TIMEOUT).await.unwrap();
     assert!(v.ok, "{v}");
     assert!(
-        v.detail.contains("15 outbox rows, 15 messages, 15 distinct ids, 0 missing, 0 unknown, 0 out of order, 0 emitted twice; 0 copies"),
+        v.detail.contains("15 events written, 15 messages, 15 distinct ids, 0 missing, 0 unknown, 0 out of order, 0 emitted twice; 0 copies"),
         "{v}"
     );
-    // The same event again: a relay that died between the ack and the mark,
+    // The same event again: a relay that died between the ack and the delete,
     // or a producer that wrote a retried batch twice.
-    let confirmed: Uuid = sqlx::query_scalar("SELECT id FROM outbox WHERE event_type = 'OrderConfirmed'")
+    let confirmed: Uuid = sqlx::query_scalar("SELECT id FROM outbox_ledger WHERE event_type = 'OrderConfirmed'")
         .fetch_one(l.order())
         .await
         .unwrap();
@@ -510,7 +514,7 @@ async fn an_unpublished_event_fails_the_drained_check() {
 #[tokio::test]
 async fn an_event_missing_on_kafka_fails_the_events_check() {
     let (l, _broker, kafka) = published_ledger().await;
-    // Marked published, never on the broker (a log the broker lost).
+    // Published (deleted by the relay), never on the broker (a log the broker lost).
     let lost = outbox_row(l.payment(), "account", CUSTOMER, "AccountCredited", true).await;
     let v = events::exactly_once(&l.dbs, &kafka, &[], KAFKA_TIMEOUT).await.unwrap();
     failed_with(&v, &format!("{lost} not on Kafka"));
@@ -519,7 +523,7 @@ async fn an_event_missing_on_kafka_fails_the_events_check() {
 #[tokio::test]
 async fn an_aggregates_events_out_of_outbox_order_or_on_two_partitions_fail_the_events_check() {
     let (l, _broker, kafka) = published_ledger().await;
-    // Two later events of one order, marked published, on Kafka in the wrong order.
+    // Two later events of one order, published, on Kafka in the wrong order.
     let key = "00000000-0000-0000-0000-0000000000e1";
     let first = outbox_row(l.order(), "order", key, "OrderNoted", true).await;
     let second = outbox_row(l.order(), "order", key, "OrderNoted", true).await;
@@ -545,7 +549,19 @@ async fn an_event_no_outbox_wrote_fails_the_events_check() {
     let foreign = Uuid::new_v4();
     send_order_event(&kafka, foreign, CONFIRMED, None).await;
     let v = events::exactly_once(&l.dbs, &kafka, &[], KAFKA_TIMEOUT).await.unwrap();
-    failed_with(&v, &format!("{foreign} on Kafka, in no outbox"));
+    failed_with(&v, &format!("{foreign} on Kafka, written by no outbox"));
+}
+
+/// Without the ledger the outbox cannot say what was written (the relay
+/// deleted what it published): the check fails and says what to do, instead
+/// of passing on an empty outbox.
+#[tokio::test]
+async fn a_database_without_the_outbox_ledger_fails_the_events_check() {
+    let (l, _broker, kafka) = published_ledger().await;
+    exec(l.inventory(), "DROP TRIGGER outbox_ledger ON outbox").await;
+    let v = events::exactly_once(&l.dbs, &kafka, &[], KAFKA_TIMEOUT).await.unwrap();
+    failed_with(&v, "no outbox ledger on inventory");
+    failed_with(&v, "run `sagaworks-tools ledger` before the run");
 }
 
 #[tokio::test]

@@ -14,8 +14,9 @@
 //! * [`Relay`] — publishes committed rows to `<topic_prefix>.<aggregate_type>`
 //!   (key = aggregate id, CloudEvents binary-mode headers), woken by `NOTIFY`
 //!   on [`NOTIFY_CHANNEL`] (only while it sleeps: [`WAKE_LOCK`]) with a
-//!   polling fallback, and purges published rows after the retention period
-//!   ([`purge_published`]).
+//!   polling fallback; a row the broker acked is deleted (the topic is then
+//!   its record). [`purge_published`] deletes rows that relays of earlier
+//!   versions marked published instead.
 //! * [`Consumer`] — feeds a [`Handler`] exactly once per event and consumer
 //!   group (inbox table), retries, and dead-letters to `<topic>.dlq`.
 //! * [`dead_letters`] — listing, replaying and discarding dead letters (the
@@ -25,6 +26,8 @@
 //! * [`OutboxGauges`] (the scrape hook of the backlog gauges) and
 //!   [`BrokerCheck`] (for `/health/ready`).
 //! * [`kafka`] — topic names, header names, client config, topic creation.
+//! * [`ledger`] — a copy of every event written, for verification runs and
+//!   tests (the relay deletes what it published).
 //! * [`ConsumerCrashPoint`], [`RelayCrashPoint`] — test-only crash points
 //!   for chaos runs (off by default).
 //!
@@ -92,6 +95,7 @@ pub mod dead_letters;
 mod event;
 mod health;
 pub mod kafka;
+pub mod ledger;
 mod metrics;
 mod relay;
 pub mod service;

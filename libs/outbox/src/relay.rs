@@ -23,7 +23,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-/// How often published rows older than the retention period are deleted.
+/// How often rows marked published (by a relay of an earlier version, which
+/// kept them) and older than the retention period are deleted.
 const PURGE_EVERY: Duration = Duration::from_secs(60);
 /// How often the relay refreshes the backlog gauges itself (a `/metrics`
 /// scrape refreshes them too); after every batch would be a query per batch.
@@ -42,7 +43,7 @@ pub struct RelaySettings {
     pub poll_interval_ms: u64,
     /// Time from the start of one batch to the start of the next while the
     /// relay is busy (unless the first was full). Under load, the events
-    /// committed in that time go out in one batch (one claim, one mark, one
+    /// committed in that time go out in one batch (one claim, one delete, one
     /// commit, one produce round) instead of a batch per commit; an event
     /// waits at most this long for its batch. `0`: the next batch at once.
     /// The default, 50 ms, trades that wait (for events nobody waits on
@@ -51,7 +52,9 @@ pub struct RelaySettings {
     pub min_batch_interval_ms: u64,
     /// Aggregate heads claimed per batch.
     pub batch_size: i64,
-    /// Published rows older than this are deleted.
+    /// Rows marked published by a relay of an earlier version (which kept
+    /// published rows) are deleted once older than this. This relay keeps
+    /// none: it deletes a row once the broker acked it.
     pub retention_hours: i64,
     /// First retry delay after a failed batch.
     pub backoff_base_ms: u64,
@@ -65,7 +68,7 @@ pub struct RelaySettings {
     pub topics: TopicSettings,
     /// Test-only fault hook (`APP_OUTBOX__CRASH_POINT=after_produce`; see
     /// [`RelayCrashPoint`](crate::RelayCrashPoint)): abort the process after a batch was acked, before
-    /// it is marked published. `off` by default; never in production.
+    /// it is deleted from the outbox. `off` by default; never in production.
     pub crash_point: RelayCrashPoint,
 }
 
@@ -149,8 +152,20 @@ struct BatchOutcome {
 /// 3. enqueues them all on an idempotent producer (`enable.idempotence`,
 ///    `acks=all`) in that order and awaits every ack; librdkafka keeps the
 ///    order within a partition, and one aggregate is one key, so one partition;
-/// 4. marks published, per aggregate, exactly the prefix up to the first
-///    event that was not acked, and commits.
+/// 4. deletes, per aggregate, exactly the prefix up to the first event that
+///    was not acked, and commits.
+///
+/// # Published means deleted
+///
+/// A row in the outbox is an event not yet acked by the broker; once acked it
+/// is deleted in the batch's transaction, and from then on the topic is the
+/// record of it (kept for the topic's retention). Deleting costs PostgreSQL
+/// about a fifth of marking the row (an `UPDATE` of `published_at` is not HOT
+/// and adds entries to three indexes; docs/perf-log.md). `published_at` is
+/// only ever set by relays of earlier versions; [`purge`] deletes such rows
+/// after `retention_hours`. The `check` tool (tools/src/check/events.rs)
+/// therefore compares Kafka with a ledger of the committed rows that it keeps
+/// itself during a run, not with the outbox.
 ///
 /// # Why several relays cannot reorder an aggregate
 ///
@@ -161,12 +176,11 @@ struct BatchOutcome {
 /// Another relay either sees that head (skips it: locked; and every later row
 /// of the aggregate fails `NOT EXISTS`, because the head is older and still
 /// unpublished in its snapshot), or its statement started after the first
-/// relay committed, when the published prefix is visible as published and the
+/// relay committed, when the published prefix is gone (deleted) and the
 /// new head is the first row the first relay did not send. If the second
 /// relay's snapshot predates the commit but it reaches the head row after it,
-/// PostgreSQL re-checks the locked row's new version (`published_at IS NULL`
-/// is now false) and drops it, while the later rows still fail `NOT EXISTS`
-/// against the old snapshot. So at most one relay sends a given aggregate at a
+/// PostgreSQL finds the locked row deleted and drops it, while the later rows
+/// still fail `NOT EXISTS` against the old snapshot. So at most one relay sends a given aggregate at a
 /// time, and always starting at its oldest unpublished event. Steps 1 and 2
 /// share one snapshot: of each claimed aggregate they read the unpublished
 /// rows it shows, from the head on; rows committed after it are later than
@@ -186,14 +200,14 @@ struct BatchOutcome {
 ///
 /// Nothing is dropped: rows whose ack failed stay unpublished and are sent
 /// again after an exponential backoff with full jitter (capped at
-/// `backoff_max_ms`), as are rows of a batch whose commit failed (a duplicate
-/// on the topic: delivery is at-least-once). Topics are (re)created before
+/// `backoff_max_ms`), as are rows of a batch whose delete did not commit (a
+/// duplicate on the topic: delivery is at-least-once). Topics are (re)created before
 /// retrying, and the producer is replaced after a batch with failed sends.
 ///
 /// # Stopping
 ///
 /// A relay told to stop finishes the batch in hand but does not wait for the
-/// acks still outstanding: it marks the acked prefix and commits, which
+/// acks still outstanding: it deletes the acked prefix and commits, which
 /// releases its claims at once, so another relay publishes those aggregates
 /// right away instead of after `message_timeout_ms` (a broker that is down or
 /// stalled). The stopped relay's producer may still deliver some of the
@@ -202,7 +216,7 @@ struct BatchOutcome {
 ///
 /// One narrow reordering remains possible: if librdkafka times out event `n`
 /// of an aggregate (`message_timeout_ms`) but a later event `n+1` is still
-/// acked, `n+1` is not marked (only the acked prefix is) and the next batch
+/// acked, `n+1` is not deleted (only the acked prefix is) and the next batch
 /// sends `n, n+1` again, so the topic holds `n+1, n, n+1`. A consumer with the
 /// inbox then handles `n+1` before `n`. Keep `message_timeout_ms` well above
 /// broker fail-over times to make this practically impossible.
@@ -388,7 +402,7 @@ impl Relay {
         if self.settings.crash_point == RelayCrashPoint::AfterProduce && acked.contains(&true) {
             let n = acked.iter().filter(|ok| **ok).count();
             crash::abort(&format!(
-                "outbox relay of {}: {n} events acked by the broker, not marked published",
+                "outbox relay of {}: {n} events acked by the broker, not deleted from the outbox",
                 self.settings.service
             ));
         }
@@ -402,17 +416,16 @@ impl Relay {
                 broken.insert(row.aggregate_id.as_str());
             }
         }
-        // Not waiting for the WAL flush: a mark lost in a database crash only
-        // publishes its rows again, which delivery allows (at least once).
-        // Planned on every run (the simple protocol, the seqs written out):
-        // a prepared statement's cached plan, made while the table was small,
-        // scans the whole table, and the outbox grows for `retention_hours`.
+        // Acked rows are deleted: the broker is now their record (see the
+        // type's docs, "Published means deleted"). Not waiting for the WAL
+        // flush: a delete lost in a database crash only publishes its rows
+        // again, which delivery allows (at least once). Planned on every run
+        // (the simple protocol, the seqs written out): a prepared statement's
+        // cached plan, made while the table was small, scans the whole table.
         if !done.is_empty() {
             let seqs = done.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-            let mark =
-                format!("UPDATE outbox SET published_at = now() FROM {NO_FLUSH_WAIT} WHERE seq IN ({seqs})");
-            // The simple protocol: no prepared statement, planned with the seqs in view.
-            sqlx::raw_sql(sqlx::AssertSqlSafe(mark)).execute(&mut *tx).await?;
+            let delete = format!("DELETE FROM outbox USING {NO_FLUSH_WAIT} WHERE seq IN ({seqs})");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(delete)).execute(&mut *tx).await?;
         }
         tx.commit().await?;
 
@@ -604,7 +617,8 @@ fn producer(
     Ok(kafka::OffRuntimeDrop::new(config.create()?, "producer"))
 }
 
-/// Deletes published rows older than `retention_hours`, in chunks.
+/// Deletes rows marked published (by a relay of an earlier version) longer
+/// than `retention_hours` ago, in chunks.
 pub async fn purge(pool: &PgPool, retention_hours: i64) -> Result<u64, sqlx::Error> {
     crate::delete_in_chunks(|| {
         sqlx::query(

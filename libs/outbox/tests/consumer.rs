@@ -197,6 +197,7 @@ async fn retryable_errors_are_retried_then_succeed_once_or_are_dead_lettered_aft
 async fn redelivered_events_change_nothing() {
     let env = env("consumer_redeliver").await;
     let _ = sagaworks_runtime::metrics::handle();
+    record_relayed(&env.pool).await;
     let (relay, consumer) =
         start(&env, relay_settings(), consumer_settings("g-redeliver", &["account"]), Recorder::default());
     for n in 1..=5 {
@@ -205,8 +206,17 @@ async fn redelivered_events_change_nothing() {
     wait_for_effects(&env, 5).await;
 
     // Publish every event a second time, as a relay that crashed before
-    // marking its batch would.
-    sqlx::query("UPDATE outbox SET published_at = NULL").execute(&env.pool).await.unwrap();
+    // deleting its batch would: the published rows back in the outbox.
+    sqlx::query(
+        "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, data_schema, source,
+                             content_type, payload, traceparent, tracestate, created_at)
+         SELECT id, aggregate_type, aggregate_id, event_type, schema_version, data_schema, source,
+                content_type, payload, traceparent, tracestate, created_at
+         FROM relayed ORDER BY seq",
+    )
+    .execute(&env.pool)
+    .await
+    .unwrap();
     sagaworks_test_support::eventually("duplicates seen by the consumer", WAIT, || async {
         let text = sagaworks_runtime::metrics::render();
         let dupes = text

@@ -68,13 +68,13 @@ async fn a_stopping_relay_releases_its_claims_to_another_relay_at_once() {
     eventually("the second relay to publish an unclaimed aggregate", WAIT, || {
         let pool = pool.clone();
         async move {
-            let published: Option<bool> =
-                sqlx::query_scalar("SELECT published_at IS NOT NULL FROM outbox WHERE id = $1")
-                    .bind(marker)
-                    .fetch_optional(&pool)
-                    .await
-                    .unwrap();
-            published.unwrap_or(false).then_some(())
+            // Published: the relay deleted the acked row.
+            let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE id = $1")
+                .bind(marker)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            (left == 0).then_some(())
         }
     })
     .await;
@@ -202,23 +202,25 @@ async fn a_rebalance_mid_stream_loses_no_event_and_doubles_none() {
     second.stop().await;
 }
 
-/// The retention purge runs over and over (retention 0: every published row
-/// is old at once) while the relay publishes a steady stream; each round of
-/// the stream waits until the rounds before the previous one were purged.
-/// Every event arrives once and in order, only published rows are ever
-/// deleted (an old, unpublished aggregate, held back meanwhile, stays whole
-/// and is published afterwards), and old published rows are gone.
+/// The retention purge runs over and over (retention 0: every row marked
+/// published is old at once) while the relay publishes a steady stream (and
+/// deletes each row the broker acked); each round of the stream waits until
+/// the rounds before the previous one are gone. Every event arrives once and
+/// in order, the purge deletes only rows marked published (an old,
+/// unpublished aggregate, held back meanwhile, stays whole and is published
+/// afterwards), and the rows an earlier relay marked published are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_purge_running_under_the_relay_deletes_only_published_rows() {
     const AGGREGATES: i64 = 4;
     const ROUNDS: i64 = 30;
     let env = env("handover_purge").await;
-    // Every deleted row, as it was when deleted.
+    // Every deleted row, as it was when deleted, and who deleted it.
     sqlx::raw_sql(
-        "CREATE TABLE purged (seq BIGINT, aggregate_id TEXT,
-                               published_at TIMESTAMPTZ, deleted_at TIMESTAMPTZ);
+        "CREATE TABLE purged (seq BIGINT, aggregate_id TEXT, published_at TIMESTAMPTZ,
+                               deleted_at TIMESTAMPTZ, deleted_by TEXT);
          CREATE FUNCTION record_purge() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-             INSERT INTO purged SELECT seq, aggregate_id, published_at, clock_timestamp() FROM gone;
+             INSERT INTO purged SELECT seq, aggregate_id, published_at, clock_timestamp(),
+                                       current_setting('application_name') FROM gone;
              RETURN NULL; END $$;
          CREATE TRIGGER record_purge AFTER DELETE ON outbox REFERENCING OLD TABLE AS gone
              FOR EACH STATEMENT EXECUTE FUNCTION record_purge();",
@@ -226,7 +228,7 @@ async fn the_purge_running_under_the_relay_deletes_only_published_rows() {
     .execute(&env.pool)
     .await
     .unwrap();
-    // Published two days ago.
+    // Marked published two days ago (as relays before the delete on ack left their rows).
     for n in 1..=5 {
         credit(&env.pool, "acc-old", n, true).await;
     }
@@ -259,7 +261,7 @@ async fn the_purge_running_under_the_relay_deletes_only_published_rows() {
             }
         }
     });
-    let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
+    let relay = Relay::new(relay_pool(&env, "relay").await, &env.kafka, relay_settings()).unwrap();
     let relay = Running::spawn(|t| relay.run(t));
     let stream = Stream::start(env.pool.clone(), AGGREGATES, |pool, next| {
         Box::pin(async move {
@@ -305,12 +307,17 @@ async fn the_purge_running_under_the_relay_deletes_only_published_rows() {
     purger.await.unwrap();
     relay.stop().await;
 
-    let never_published = count(&env.pool, "SELECT count(*) FROM purged WHERE published_at IS NULL").await;
-    assert_eq!(never_published, 0, "only published rows are purged");
+    let unmarked = count(
+        &env.pool,
+        "SELECT count(*) FROM purged WHERE published_at IS NULL AND deleted_by IS DISTINCT FROM 'relay'",
+    )
+    .await;
+    assert_eq!(unmarked, 0, "the purge deletes only rows marked published");
+    assert_eq!(count(&env.pool, "SELECT count(*) FROM purged WHERE deleted_by = 'relay'").await, ROUNDS * AGGREGATES + 3);
     assert_eq!(count(&env.pool, "SELECT count(*) FROM purged WHERE aggregate_id = 'acc-old'").await, 5);
     let stream_events = ROUNDS * AGGREGATES;
     let purged = count(&env.pool, "SELECT count(DISTINCT seq) FROM purged").await;
-    assert_eq!(purged, stream_events + 3 + 5, "the stream, the held and the old rows, all purged");
+    assert_eq!(purged, stream_events + 3 + 5, "the stream, the held and the old rows, all deleted");
     assert_eq!(count(&env.pool, "SELECT count(*) FROM purged").await, purged, "each once");
     let topic = topic_name(&env.kafka, "account");
     let messages = read_topic(&env.kafka, &topic, WAIT, move |m| {

@@ -36,6 +36,7 @@ fn publish_errors(service: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_event_is_published_with_key_headers_and_payload_and_rolled_back_one_never() {
     let env = env("relay_commit").await;
+    sagaworks_outbox::ledger::install(&env.pool).await.unwrap();
     let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
     let running = Running::spawn(|t| relay.run(t));
 
@@ -69,9 +70,10 @@ async fn committed_event_is_published_with_key_headers_and_payload_and_rolled_ba
     assert!((chrono::Utc::now() - time.to_utc()).num_seconds() < 60);
     assert_eq!(payload_json(m), serde_json::json!({ "account": "acc-1", "n": 7 }));
 
-    let unpublished = count(&env.pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await;
-    assert_eq!(unpublished, 0);
-    assert_eq!(count(&env.pool, "SELECT count(*) FROM outbox").await, 2, "the rollback left no row");
+    // Published rows are deleted; the ledger shows what was written: the rollback left no row.
+    eventually_empty_backlog(&env).await;
+    assert_eq!(count(&env.pool, "SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(count(&env.pool, "SELECT count(*) FROM outbox_ledger").await, 2, "the rollback left no row");
     running.stop().await;
 }
 
@@ -217,13 +219,13 @@ async fn payload_over_the_limit_is_refused_at_write_time() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retention_purge_removes_old_published_rows_only() {
+async fn retention_purge_removes_rows_marked_published_long_ago_only() {
     let env = env("relay_purge").await;
     for n in 1..=4 {
         credit(&env.pool, "acc", n, true).await;
     }
-    // 1: published long ago (purged); 2: published recently (kept);
-    // 3: old but never published (kept: never drop the unpublished); 4: fresh.
+    // Marked published, as relays before the delete on ack left them: 1 long
+    // ago (purged), 2 recently (kept); 3: old but never published (kept: never drop the unpublished); 4: fresh.
     sqlx::query(
         "UPDATE outbox SET published_at = now() - interval '48 hours', created_at = now() - interval '49 hours'
          WHERE convert_from(payload, 'UTF8')::jsonb->>'n' = '1'",
@@ -251,13 +253,15 @@ async fn retention_purge_removes_old_published_rows_only() {
     assert_eq!(purged, 1);
     assert_eq!(left(env.pool.clone()).await, vec!["2", "3", "4"]);
 
-    // The relay purges on its own too (at start, then every minute): after it
-    // published 3 and 4, age them and restart it.
+    // The relay deletes what it publishes (3 and 4: 3 was never published,
+    // so it goes out now) and leaves 2, marked published an hour ago ...
     let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
     let running = Running::spawn(|t| relay.run(t));
     eventually_empty_backlog(&env).await;
     running.stop().await;
-    sqlx::query("UPDATE outbox SET published_at = now() - interval '25 hours' WHERE convert_from(payload, 'UTF8')::jsonb->>'n' = '3'")
+    assert_eq!(left(env.pool.clone()).await, vec!["2"]);
+    // ... and purges on its own too (at start, then every minute): age 2 and restart it.
+    sqlx::query("UPDATE outbox SET published_at = now() - interval '25 hours'")
         .execute(&env.pool)
         .await
         .unwrap();
@@ -266,7 +270,7 @@ async fn retention_purge_removes_old_published_rows_only() {
     let pool = env.pool.clone();
     sagaworks_test_support::eventually("relay purge", WAIT, || {
         let pool = pool.clone();
-        async move { (left(pool).await == vec!["2", "4"]).then_some(()) }
+        async move { left(pool).await.is_empty().then_some(()) }
     })
     .await;
     running.stop().await;
@@ -458,19 +462,20 @@ async fn notify_wakes_the_relay_long_before_the_polling_fallback() {
 }
 
 /// Commits that arrive faster than `min_batch_interval_ms` share a batch
-/// (a batch marks its rows in one transaction, so they share `published_at`);
+/// (a batch deletes its rows in one transaction: one `batch` in `relayed`);
 /// with the interval at 0 every commit gets a batch of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commits_within_the_batch_interval_share_a_batch() {
     let env = env("relay_pace").await;
+    record_relayed(&env.pool).await;
     let batches = |pool: sqlx::PgPool| async move {
-        sqlx::query_scalar::<_, i64>("SELECT count(DISTINCT published_at) FROM outbox")
+        sqlx::query_scalar::<_, i64>("SELECT count(DISTINCT batch) FROM relayed")
             .fetch_one(&pool)
             .await
             .unwrap()
     };
     for (interval, fewest, most) in [(1_000, 1, 3), (0, 8, 10)] {
-        sqlx::query("TRUNCATE outbox").execute(&env.pool).await.unwrap();
+        sqlx::query("TRUNCATE outbox, relayed").execute(&env.pool).await.unwrap();
         let settings = sagaworks_outbox::RelaySettings { min_batch_interval_ms: interval, ..no_polling() };
         let name = format!("relay-{interval}");
         let relay = Relay::new(relay_pool(&env, &name).await, &env.kafka, settings).unwrap();
@@ -479,7 +484,7 @@ async fn commits_within_the_batch_interval_share_a_batch() {
         // event first, so that the batches below are paced by the interval, not by that.
         credit(&env.pool, "warm-up", 0, true).await;
         eventually_empty_backlog(&env).await;
-        sqlx::query("DELETE FROM outbox").execute(&env.pool).await.unwrap();
+        sqlx::query("TRUNCATE relayed").execute(&env.pool).await.unwrap();
         eventually_asleep(&env, &[&name]).await;
         // Ten commits, 50 ms apart: well inside one 1 s interval, well apart for a relay without one.
         for n in 1..=10 {
@@ -504,6 +509,7 @@ async fn commits_within_the_batch_interval_share_a_batch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_batch_is_followed_by_the_next_at_once_whatever_the_interval() {
     let env = env("relay_full").await;
+    record_relayed(&env.pool).await;
     // One aggregate with 20 events first (batches full by rows: one head, 8 rows), then
     // 12 aggregates with one event each (batches full by heads: 4 heads, 4 rows).
     for n in 1..=20 {
@@ -517,7 +523,7 @@ async fn a_full_batch_is_followed_by_the_next_at_once_whatever_the_interval() {
     let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
     let running = Running::spawn(|t| relay.run(t));
     eventually_empty_backlog(&env).await;
-    let batches = count(&env.pool, "SELECT count(DISTINCT published_at) FROM outbox").await;
+    let batches = count(&env.pool, "SELECT count(DISTINCT batch) FROM relayed").await;
     assert!(batches >= 5, "32 events in batches of at most 8 rows or 4 heads: {batches} batches");
     running.stop().await;
 }
@@ -525,10 +531,11 @@ async fn a_full_batch_is_followed_by_the_next_at_once_whatever_the_interval() {
 /// A batch claims up to `batch_size` aggregate heads and reads each claimed
 /// aggregate's share of twice that many rows, from its head on: two heads
 /// get two rows each, a lone aggregate the whole batch. Every batch is one
-/// transaction, so its rows share one `published_at`.
+/// transaction, so its rows share one `batch` in `relayed`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_claimed_aggregate_gets_its_share_of_the_batch_from_its_head_on() {
     let env = env("relay_share").await;
+    record_relayed(&env.pool).await;
     for n in 1..=4 {
         credit(&env.pool, "acc-a", n, true).await;
         credit(&env.pool, "acc-b", n, true).await;
@@ -545,8 +552,8 @@ async fn each_claimed_aggregate_gets_its_share_of_the_batch_from_its_head_on() {
     running.stop().await;
     // Per batch (in order), how many rows of each aggregate it published.
     let rows: Vec<(String, String, i64)> = sqlx::query_as(
-        "SELECT published_at::text, aggregate_id, count(*) FROM outbox
-         GROUP BY published_at, aggregate_id ORDER BY published_at, aggregate_id",
+        "SELECT batch::text, aggregate_id, count(*) FROM relayed
+         GROUP BY batch, aggregate_id ORDER BY min(min(at)) OVER (PARTITION BY batch), aggregate_id",
     )
     .fetch_all(&env.pool)
     .await
@@ -576,8 +583,8 @@ async fn each_claimed_aggregate_gets_its_share_of_the_batch_from_its_head_on() {
     // From its head on: within an aggregate, no event went out in an earlier batch than one before it.
     let reordered = count(
         &env.pool,
-        "SELECT count(*) FROM outbox a JOIN outbox b ON a.aggregate_id = b.aggregate_id
-         WHERE a.seq < b.seq AND a.published_at > b.published_at",
+        "SELECT count(*) FROM relayed a JOIN relayed b ON a.aggregate_id = b.aggregate_id
+         WHERE a.seq < b.seq AND a.at > b.at",
     )
     .await;
     assert_eq!(reordered, 0);
@@ -645,15 +652,6 @@ async fn parked_relays(pool: &sqlx::PgPool) -> i64 {
 
 /// A pool for one relay: its connections, the LISTEN one included, show as
 /// `name` in `pg_stat_activity` (see [`eventually_asleep`]).
-async fn relay_pool(env: &Env, name: &str) -> sqlx::PgPool {
-    let options: sqlx::postgres::PgConnectOptions = env.db.url.parse().unwrap();
-    sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .connect_with(options.application_name(name))
-        .await
-        .unwrap()
-}
-
 /// Whether the relay on [`relay_pool`] `name` sleeps, so that only a NOTIFY (or
 /// its polling fallback) can start its next batch: none of its connections is
 /// busy, and its LISTEN connection either holds [`WAKE_LOCK`] and the batch
@@ -866,7 +864,8 @@ async fn of_two_idle_relays_one_parks_and_a_commit_wakes_them() {
 }
 
 /// The relay's statements read the outbox through its indexes whatever size
-/// the table had when a connection first ran them. Published rows stay for
+/// the table had when a connection first ran them. Rows pile up while the
+/// broker is away, and rows an earlier relay marked published stay for
 /// `retention_hours`, so a relay that scanned the table per batch would slow
 /// down as it grows. (A prepared statement's generic plan is cached per
 /// connection after five runs; made on a near-empty table, it is a full scan,
@@ -889,7 +888,7 @@ async fn the_relay_does_not_scan_the_whole_outbox_per_batch_as_it_grows() {
         credit(&env.pool, &format!("acc-{n}"), n, true).await;
         eventually_empty_backlog(&env).await;
     }
-    // The table grows: 30,000 published rows.
+    // The table grows: 30,000 rows marked published (as relays before the delete on ack left them).
     sqlx::query(
         "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, source,
                              content_type, payload, published_at)

@@ -1,10 +1,15 @@
 //! Every committed event reached Kafka, in its aggregate's order, exactly
 //! once after dedup by `ce_id`, and every copy has a cause.
 //!
-//! The outbox rows of every service database are compared with the events
-//! on `<prefix>.{order,reservation,payment,product,account}`, read from the
+//! The relay deletes an outbox row once the broker acked it, so what was
+//! written is read from each service database's outbox *ledger*
+//! ([`sagaworks_outbox::ledger`]: a copy of every row, made in the writer's
+//! transaction), which `sagaworks-tools ledger` installs before the run. The
+//! ledger is compared with the events on
+//! `<prefix>.{order,reservation,payment,product,account}`, read from the
 //! start of each partition up to its high watermark by a checker consumer
-//! (plain partition assignment, no group: nothing is committed).
+//! (plain partition assignment, no group: nothing is committed). A database
+//! without the ledger fails the check: it cannot say what was written.
 
 use super::coverage::Kill;
 use super::{Verdict, first, settled};
@@ -17,6 +22,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use sagaworks_config::KafkaSettings;
 use sagaworks_outbox::kafka::{client_config, headers, topic_name};
+use sagaworks_outbox::ledger;
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
@@ -24,7 +30,7 @@ use uuid::Uuid;
 /// The aggregate types, i.e. the topic suffixes (design.md, Events).
 pub const AGGREGATES: [&str; 5] = ["order", "reservation", "payment", "product", "account"];
 
-/// Waits up to `settle` until no outbox row is unpublished in any database.
+/// Waits up to `settle` until no outbox row is left unpublished in any database.
 pub async fn drained(dbs: &Databases, settle: Duration) -> Result<Verdict, ToolError> {
     settled(settle, || async {
         let mut backlog = Vec::new();
@@ -138,7 +144,7 @@ pub const ONCE_PER_AGGREGATE: [&str; 10] = [
     "AccountOpened",
 ];
 
-/// An outbox row: who wrote it, and where it stands in its aggregate's order.
+/// A row of an outbox's ledger: who wrote it, and where it stands in its aggregate's order.
 struct Row {
     service: &'static str,
     seq: i64,
@@ -149,8 +155,8 @@ struct Row {
 /// process is gone, the send before it; this only absorbs clock rounding).
 const DEATH_SLACK: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
 
-/// Every outbox row is on Kafka, and no event on Kafka is unknown to the
-/// outboxes; per aggregate (Kafka key), every event is on one partition and
+/// Every event the ledgers hold (every outbox row written) is on Kafka, and
+/// no event on Kafka is unknown to them; per aggregate (Kafka key), every event is on one partition and
 /// their first copies are in the outbox's order; no business fact was emitted
 /// twice ([`ONCE_PER_AGGREGATE`]; an order emits OrderConfirmed or
 /// OrderCancelled, not both, and a finished order the one that matches its
@@ -169,9 +175,27 @@ pub async fn exactly_once(
     deaths: &[Kill],
     timeout: Duration,
 ) -> Result<Verdict, ToolError> {
+    let without: Vec<&str> = {
+        let mut without = Vec::new();
+        for (service, pool) in dbs.all() {
+            if !ledger::installed(pool).await? {
+                without.push(service);
+            }
+        }
+        without
+    };
+    if !without.is_empty() {
+        let detail = format!(
+            "no outbox ledger on {}: what was written cannot be told (the relay deletes published rows); \
+             run `sagaworks-tools ledger` before the run",
+            without.join(", ")
+        );
+        return Ok(Verdict { name: "events on Kafka", ok: false, detail });
+    }
     let mut rows: HashMap<Uuid, Row> = HashMap::new();
     for (service, pool) in dbs.all() {
-        let found: Vec<(Uuid, i64)> = sqlx::query_as("SELECT id, seq FROM outbox").fetch_all(pool).await?;
+        let found: Vec<(Uuid, i64)> =
+            sqlx::query_as("SELECT id, seq FROM outbox_ledger").fetch_all(pool).await?;
         rows.extend(found.into_iter().map(|(id, seq)| (id, Row { service, seq })));
     }
     let twice = emitted_twice(dbs).await?;
@@ -186,7 +210,7 @@ pub async fn exactly_once(
     let mut unknown: Vec<String> = copies_of
         .keys()
         .filter(|id| !rows.contains_key(id))
-        .map(|id| format!("{id} on Kafka, in no outbox"))
+        .map(|id| format!("{id} on Kafka, written by no outbox"))
         .collect();
     missing.sort();
     unknown.sort();
@@ -194,7 +218,7 @@ pub async fn exactly_once(
     let (explained, unexplained) = copies(&copies_of, &rows, deaths);
     let copies_total: usize = copies_of.values().map(|c| c.len() - 1).sum();
     let mut detail = format!(
-        "{} outbox rows, {} messages, {} distinct ids, {} missing, {} unknown, {} out of order, \
+        "{} events written, {} messages, {} distinct ids, {} missing, {} unknown, {} out of order, \
          {} emitted twice; {copies_total} copies: {explained} after a death of their publisher, {} unexplained",
         rows.len(),
         messages.len(),
@@ -293,7 +317,7 @@ async fn emitted_twice(dbs: &Databases) -> Result<Vec<String>, ToolError> {
     let mut offenders = Vec::new();
     for (service, pool) in dbs.all() {
         let rows: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT aggregate_id, event_type, count(*) FROM outbox WHERE event_type = ANY($1)
+            "SELECT aggregate_id, event_type, count(*) FROM outbox_ledger WHERE event_type = ANY($1)
               GROUP BY aggregate_id, event_type HAVING count(*) > 1 ORDER BY aggregate_id, event_type",
         )
         .bind(&ONCE_PER_AGGREGATE[..])
@@ -308,7 +332,7 @@ async fn emitted_twice(dbs: &Databases) -> Result<Vec<String>, ToolError> {
                 count(*) FILTER (WHERE x.event_type = 'OrderConfirmed'),
                 count(*) FILTER (WHERE x.event_type = 'OrderCancelled')
            FROM orders o
-           JOIN outbox x ON x.aggregate_type = 'order' AND x.aggregate_id = o.id::text
+           JOIN outbox_ledger x ON x.aggregate_type = 'order' AND x.aggregate_id = o.id::text
           GROUP BY o.id, o.status",
     )
     .fetch_all(&dbs.order)

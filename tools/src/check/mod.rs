@@ -12,10 +12,11 @@
 //! * [`money`]: per customer, charges - refunds = the totals of its confirmed
 //!   orders = initial credit - balance; per order, a confirmed order has
 //!   exactly its total charged and a cancelled one nothing.
-//! * [`events`]: every outbox row got published, and every event in the
-//!   outbox reached Kafka (at least once; exactly once after dedup by
-//!   `ce_id`), with no event on Kafka that no outbox wrote and no business
-//!   fact emitted twice.
+//! * [`events`]: every outbox row got published, and every event written
+//!   (the outbox ledger, installed by `sagaworks-tools ledger` before the
+//!   run) reached Kafka (at least once; exactly once after dedup by `ce_id`),
+//!   with no event on Kafka that no outbox wrote and no business fact
+//!   emitted twice.
 //! * [`coverage`]: the run did enough for the others to mean something
 //!   (orders accepted, confirmed and cancelled, sagas resumed after a kill,
 //!   kills under load), against stated minimums.

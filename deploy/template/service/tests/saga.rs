@@ -71,7 +71,7 @@ async fn run_case(case: Case, version: u32) -> Result<(), String> {
     // Only version 2 has stamp_activation.
     assert_eq!(stamped, completed && version == 2, "item_activations");
     let events: Vec<String> =
-        sqlx::query_scalar("SELECT event_type FROM outbox WHERE aggregate_id = $1 ORDER BY seq")
+        sqlx::query_scalar("SELECT event_type FROM outbox_ledger WHERE aggregate_id = $1 ORDER BY seq")
             .bind(&item.id)
             .fetch_all(&pool)
             .await

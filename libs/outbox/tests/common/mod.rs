@@ -307,3 +307,29 @@ pub async fn high_watermarks(kafka: &KafkaSettings, topic: &str) -> BTreeMap<i32
     .await
     .unwrap()
 }
+
+/// From now on, keeps a copy of every row deleted from `pool`'s outbox in
+/// the table `relayed`, with the transaction that deleted it (`batch`) and
+/// the order of the deletes (`at`). The relay deletes a row once the broker
+/// acked it, so this is the tests' record of what a relay published and in
+/// which batch.
+pub async fn record_relayed(pool: &PgPool) {
+    sqlx::raw_sql(
+        "CREATE TABLE relayed (LIKE outbox, batch xid8 NOT NULL, at BIGSERIAL);
+         CREATE FUNCTION record_relayed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+             INSERT INTO relayed SELECT g.*, pg_current_xact_id() FROM gone g ORDER BY g.seq;
+             RETURN NULL; END $$;
+         CREATE TRIGGER record_relayed AFTER DELETE ON outbox REFERENCING OLD TABLE AS gone
+             FOR EACH STATEMENT EXECUTE FUNCTION record_relayed();",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// A pool on `env`'s database whose connections carry `name` as their
+/// `application_name` (how a test tells one relay's statements from another's).
+pub async fn relay_pool(env: &Env, name: &str) -> PgPool {
+    let options: sqlx::postgres::PgConnectOptions = env.db.url.parse().unwrap();
+    sqlx::postgres::PgPoolOptions::new().max_connections(4).connect_with(options.application_name(name)).await.unwrap()
+}

@@ -99,6 +99,9 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Settings)) -> TestApp {
     tweak(&mut settings);
     let stop = CancellationToken::new();
     let (grpc, http, pool, task) = start(settings.clone(), &stop).await;
+    // The relay deletes what it published: the tests read what was written
+    // from the ledger (`outbox_ledger`), installed before anything is.
+    sagaworks_outbox::ledger::install(&db.pool().await).await.expect("the outbox ledger");
 
     TestApp {
         client: {{Name}}ServiceClient::connect(format!("http://127.0.0.1:{grpc}")).await.expect("connects"),
