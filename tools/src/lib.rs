@@ -26,6 +26,7 @@ pub mod fixture;
 pub mod load;
 pub mod open_loop;
 pub mod pg;
+pub mod processes;
 pub mod stats;
 pub mod target;
 pub mod token;

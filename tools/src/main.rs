@@ -10,6 +10,7 @@ use sagaworks_tools::cpu::{CpuTimes, CpuUsage};
 use sagaworks_tools::load;
 use sagaworks_tools::open_loop::{self, StepReport};
 use sagaworks_tools::pg::{self, Databases};
+use sagaworks_tools::processes::ProcessCpu;
 use sagaworks_tools::{Api, Fixture, Orders, ToolError};
 use std::path::Path;
 use std::process::ExitCode;
@@ -99,7 +100,9 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
 
     let admin = pg::connect(&args.pg_admin, "postgres").await?;
     let commits_before = pg::server_commits(&admin).await?;
+    let by_db_before = pg::commits_by_database(&admin).await?;
     let cpu_before = CpuTimes::read();
+    let procs_before = ProcessCpu::read();
     // SIGTERM ends the run early, with its report (the chaos script stops
     // the load once its faults are done).
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -114,7 +117,9 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     });
     let mut report = load::run(orders, fixture, plan.clone(), stop).await?;
     let cpu = cpu_before.zip(CpuTimes::read()).map(|(before, after)| after.since(&before));
+    let by_process = ProcessCpu::read().since(&procs_before);
     let commits = commits_since(&admin, commits_before).await?;
+    let by_db = pg::commits_by_database(&admin).await?;
     if let Some(path) = &args.accepted_out {
         write_accepted(path, &report.accepted)?;
     }
@@ -161,6 +166,18 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
             1e3 * cpu.busy_secs / completed
         );
     }
+    // Where it went: the capacity model's inputs (docs/performance.md).
+    let per_saga = |secs: f64| format!("{:.2}", 1e3 * secs / completed);
+    let groups: Vec<String> = by_process.iter().map(|(g, s)| format!("{g} {}", per_saga(*s))).collect();
+    println!("  CPU ms per completed saga by process: {}", groups.join(", "));
+    let dbs: Vec<String> = by_db
+        .iter()
+        .filter_map(|(db, n)| {
+            let d = n - by_db_before.get(db).copied().unwrap_or(0);
+            (d > 0).then(|| format!("{db} {:.2}", d as f64 / completed))
+        })
+        .collect();
+    println!("  commits per completed saga by database: {}", dbs.join(", "));
     if let Some(tps) = args.commit_ceiling {
         println!(
             "  commit ceiling (pgbench, same server): {tps:.0} tps; sagas/s = {:.1}% of it; commit rate = {:.0}% of it",
