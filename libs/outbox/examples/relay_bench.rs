@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p sagaworks-outbox --example relay_bench -- --events 100000
-//!     [--aggregates 1000] [--tx-size 500] [--relay-batch 500] [--relays 1]
+//!     [--aggregates 1000] [--tx-size 500] [--relay-batch 500] [--relay-rows 4000] [--relays 1]
 //!     [--consumer-batch 200] [--consumer-wait-ms 0] [--consumer-concurrency 4]
 //!     [--lag-rate EVENTS_PER_SEC] [--lag-secs 10]
 //!     [--latency-events 5000] [--rate 500]
@@ -16,7 +16,7 @@
 //!    events per transaction, 4 concurrent writers (relay not running);
 //! 2. **relay**: start the relay (`--relays` of them, as replicas would run
 //!    them) on that backlog; throughput = events / time until every row is
-//!    acked and marked published (commit -> broker ack);
+//!    acked and deleted (commit -> broker ack);
 //! 3. **lag**: with the relay running and nothing else, write events of
 //!    another aggregate type at `--lag-rate` events/s (default: half the
 //!    relay's measured rate) for `--lag-secs`, in transactions of 10 on their
@@ -57,6 +57,7 @@ struct Args {
     aggregates: usize,
     tx_size: usize,
     relay_batch: i64,
+    relay_rows: Option<i64>,
     relays: usize,
     consumer_batch: usize,
     consumer_wait_ms: u64,
@@ -75,6 +76,7 @@ fn parse_args() -> Result<Args, String> {
         aggregates: 1_000,
         tx_size: 500,
         relay_batch: 500,
+        relay_rows: None,
         relays: 1,
         consumer_batch: 200,
         consumer_wait_ms: 0,
@@ -95,6 +97,7 @@ fn parse_args() -> Result<Args, String> {
             "--aggregates" => a.aggregates = number(value()?)?.max(1),
             "--tx-size" => a.tx_size = number(value()?)?.max(1),
             "--relay-batch" => a.relay_batch = number(value()?)?.max(1) as i64,
+            "--relay-rows" => a.relay_rows = Some(number(value()?)?.max(1) as i64),
             "--relays" => a.relays = number(value()?)?.max(1),
             "--consumer-batch" => a.consumer_batch = number(value()?)?.max(1),
             "--consumer-wait-ms" => a.consumer_wait_ms = number(value()?)? as u64,
@@ -174,7 +177,7 @@ fn jobs(events: usize, aggregates: usize, first_n: i64) -> Vec<Vec<(String, i64)
 /// Whether any event is still unpublished. (Not a `count(*)`: counting the
 /// whole backlog on every poll would take CPU from the relay being measured.)
 async fn backlog(pool: &PgPool) -> bool {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL)")
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outbox)")
         .fetch_one(pool)
         .await
         .expect("backlog")
@@ -387,6 +390,7 @@ async fn main() {
         service: "bench".into(),
         poll_interval_ms: 100,
         batch_size: args.relay_batch,
+        batch_rows: args.relay_rows.unwrap_or(RelaySettings::default().batch_rows),
         ..Default::default()
     };
     let started = Instant::now();
@@ -403,7 +407,7 @@ async fn main() {
     let relay_time = started.elapsed();
     let relay_rate = args.events as f64 / relay_time.as_secs_f64();
     println!(
-        "relay:   {} events acked and marked in {:.2} s = {relay_rate:.0} events/s ({} relay(s), {} heads per batch), {}",
+        "relay:   {} events acked and deleted in {:.2} s = {relay_rate:.0} events/s ({} relay(s), {} heads per batch), {}",
         args.events,
         relay_time.as_secs_f64(),
         args.relays,

@@ -15,8 +15,7 @@
 //!   (key = aggregate id, CloudEvents binary-mode headers), woken by `NOTIFY`
 //!   on [`NOTIFY_CHANNEL`] (only while it sleeps: [`WAKE_LOCK`]) with a
 //!   polling fallback; a row the broker acked is deleted (the topic is then
-//!   its record). [`purge_published`] deletes rows that relays of earlier
-//!   versions marked published instead.
+//!   its record).
 //! * [`Consumer`] — feeds a [`Handler`] exactly once per event and consumer
 //!   group (inbox table), retries, and dead-letters to `<topic>.dlq`.
 //! * [`dead_letters`] — listing, replaying and discarding dead letters (the
@@ -111,7 +110,7 @@ pub use error::OutboxError;
 pub use event::{DecodeError, Event, decode_payload};
 pub use health::BrokerCheck;
 pub use metrics::OutboxGauges;
-pub use relay::{Relay, RelaySettings, purge as purge_published};
+pub use relay::{Relay, RelaySettings};
 pub use wake::{NOTIFY_CHANNEL, WAKE_LOCK};
 pub use writer::{
     Bind, MAX_PAYLOAD_BYTES, NewEvent, OutboxWriter, PENDING_EVENT_PARAMS, PendingEvent, PendingEvents,
@@ -124,7 +123,7 @@ pub fn migrator() -> sqlx::migrate::Migrator {
     sqlx::migrate!("../../migrations/outbox")
 }
 
-/// Rows one purge statement deletes at most (outbox and inbox), so a large
+/// Rows one purge statement deletes at most (the inbox's), so a large
 /// purge never holds its locks or writes its WAL in one go.
 const PURGE_CHUNK: i64 = 10_000;
 

@@ -37,7 +37,7 @@ pub const CONSUMER_LAG: &str = "consumer_lag";
 pub async fn refresh_outbox_gauges(pool: &PgPool, service: &str) -> Result<(), sqlx::Error> {
     let (backlog, age): (i64, Option<f64>) = sqlx::query_as(
         "SELECT count(*), EXTRACT(EPOCH FROM now() - min(created_at))::float8
-         FROM outbox WHERE published_at IS NULL",
+         FROM outbox",
     )
     .fetch_one(pool)
     .await?;

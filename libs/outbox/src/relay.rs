@@ -23,9 +23,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-/// How often rows marked published (by a relay of an earlier version, which
-/// kept them) and older than the retention period are deleted.
-const PURGE_EVERY: Duration = Duration::from_secs(60);
 /// How often the relay refreshes the backlog gauges itself (a `/metrics`
 /// scrape refreshes them too); after every batch would be a query per batch.
 const GAUGES_EVERY: Duration = Duration::from_secs(1);
@@ -52,10 +49,11 @@ pub struct RelaySettings {
     pub min_batch_interval_ms: u64,
     /// Aggregate heads claimed per batch.
     pub batch_size: i64,
-    /// Rows marked published by a relay of an earlier version (which kept
-    /// published rows) are deleted once older than this. This relay keeps
-    /// none: it deletes a row once the broker acked it.
-    pub retention_hours: i64,
+    /// Rows sent per batch at most: each claimed aggregate gets an equal
+    /// share (at least its head). The default, 4000 (8 per head of a full
+    /// claim), carries a backlog of long aggregates in fewer, fuller batches;
+    /// more did not help (docs/perf-log.md, 2026-12-06).
+    pub batch_rows: i64,
     /// First retry delay after a failed batch.
     pub backoff_base_ms: u64,
     /// Cap of the retry delay.
@@ -80,7 +78,7 @@ impl Default for RelaySettings {
             poll_interval_ms: 1_000,
             min_batch_interval_ms: 50,
             batch_size: 500,
-            retention_hours: 24,
+            batch_rows: 4_000,
             backoff_base_ms: 100,
             backoff_max_ms: 30_000,
             message_timeout_ms: 30_000,
@@ -90,6 +88,36 @@ impl Default for RelaySettings {
         }
     }
 }
+
+/// Steps 1 and 2 of a batch (see [`Relay`]) in one statement: one snapshot,
+/// one round trip. `$1`: heads to claim; `$2`: rows to read at most. Run
+/// after [`BEGIN_BATCH`]'s settings.
+const CLAIM: &str = "WITH heads AS MATERIALIZED (
+         SELECT o.aggregate_id FROM outbox o
+         WHERE NOT EXISTS (SELECT 1 FROM outbox p
+                           WHERE p.aggregate_id = o.aggregate_id AND p.seq < o.seq)
+         ORDER BY o.seq LIMIT $1
+         FOR UPDATE SKIP LOCKED),
+     share AS (SELECT greatest(1, $2 / greatest(count(*), 1)) AS per_aggregate FROM heads)
+     SELECT r.* FROM heads h CROSS JOIN LATERAL (
+         SELECT seq, id, aggregate_type, aggregate_id, event_type, schema_version, data_schema,
+                source, content_type, payload, traceparent, tracestate, created_at
+         FROM outbox p
+         WHERE p.aggregate_id = h.aggregate_id
+         ORDER BY p.seq LIMIT (SELECT per_aggregate FROM share)) r
+     ORDER BY r.seq";
+
+/// A batch's transaction. The claim's plan must not depend on the table's
+/// statistics, which on a queue table are stale or absent most of the time:
+/// with them the planner chose hash joins over whole-table scans, or a nested
+/// loop over a materialised scan of the backlog, which read the backlog once
+/// per batch or once per head (docs/perf-log.md, 2026-12-06). With these
+/// joins and scans off for the batch's transaction (`SET LOCAL`), the one
+/// plan left is the intended one: the heads in `seq` order, each probed
+/// through `(aggregate_id, seq)` (tested below). Sent with `BEGIN` in one
+/// round trip.
+const BEGIN_BATCH: &str = "BEGIN; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; \
+     SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_material = off";
 
 /// One outbox row on its way to Kafka.
 #[derive(Debug, sqlx::FromRow)]
@@ -140,13 +168,12 @@ struct BatchOutcome {
 ///
 /// In one READ COMMITTED transaction the relay
 ///
-/// 1. claims *aggregate heads*: rows that are the oldest unpublished row of
-///    their aggregate, `ORDER BY seq LIMIT batch_size FOR UPDATE SKIP LOCKED`;
-/// 2. reads, per claimed aggregate, its oldest unpublished rows in `seq`
-///    order, an equal share of `2 * batch_size` rows each (at least one: its
-///    head), in the same statement as step 1, through the
-///    `(aggregate_id, seq)` index: the work is one index probe per head plus
-///    the rows read, whatever the backlog (a semi-join of the whole backlog
+/// 1. claims *aggregate heads*: rows that are the oldest row of their
+///    aggregate, `ORDER BY seq LIMIT batch_size FOR UPDATE SKIP LOCKED`;
+/// 2. reads, per claimed aggregate, its oldest rows in `seq` order, an
+///    equal share of `batch_rows` rows each (at least one: its head), in the
+///    same statement as step 1, through the `(aggregate_id, seq)` index: the
+///    work is one index probe per head plus the rows read, whatever the backlog (a semi-join of the whole backlog
 ///    against the heads, planned as a nested loop on an underestimate, grew
 ///    with the backlog; docs/perf-log.md);
 /// 3. enqueues them all on an idempotent producer (`enable.idempotence`,
@@ -161,9 +188,10 @@ struct BatchOutcome {
 /// is deleted in the batch's transaction, and from then on the topic is the
 /// record of it (kept for the topic's retention). Deleting costs PostgreSQL
 /// about a fifth of marking the row (an `UPDATE` of `published_at` is not HOT
-/// and adds entries to three indexes; docs/perf-log.md). `published_at` is
-/// only ever set by relays of earlier versions; [`purge`] deletes such rows
-/// after `retention_hours`. The `check` tool (tools/src/check/events.rs)
+/// and adds entries to three indexes; docs/perf-log.md), and with every row
+/// unpublished the relay's indexes and statements need no `published_at`
+/// predicate, whose statistics misled the planner (the migration
+/// `20261206000001_outbox_delete_on_ack.sql`). The `check` tool (tools/src/check/events.rs)
 /// therefore compares Kafka with a ledger of the committed rows that it keeps
 /// itself during a run, not with the outbox.
 ///
@@ -257,18 +285,9 @@ impl Relay {
         let mut not_before: Option<Instant> = None;
         let mut backoff = Backoff::new(self.settings.backoff_base_ms, self.settings.backoff_max_ms);
         let mut wake = Wake::default();
-        let mut last_purge: Option<Instant> = None;
         let mut last_gauges: Option<Instant> = None;
         while !shutdown.is_cancelled() {
             wake.connect(&self.pool).await;
-            if last_purge.is_none_or(|t| t.elapsed() >= PURGE_EVERY) {
-                match purge(&self.pool, self.settings.retention_hours).await {
-                    Ok(n) if n > 0 => tracing::info!(rows = n, "purged published outbox rows"),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "outbox purge failed"),
-                }
-                last_purge = Some(Instant::now());
-            }
             if let Some(at) = not_before.take() {
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
@@ -358,27 +377,10 @@ impl Relay {
 
     async fn publish_batch(&mut self, shutdown: &CancellationToken) -> Result<BatchOutcome, OutboxError> {
         let limit = self.settings.batch_size.max(1);
-        let mut tx = self.pool.begin().await?;
-        let rows_limit = limit.saturating_mul(2);
+        let mut tx = self.pool.begin_with(BEGIN_BATCH).await?;
+        let rows_limit = self.settings.batch_rows.max(1);
         // Steps 1 and 2 in one statement (one snapshot, one round trip).
-        let rows: Vec<Row> = sqlx::query_as(
-            "WITH heads AS MATERIALIZED (
-                 SELECT o.aggregate_id FROM outbox o
-                 WHERE o.published_at IS NULL
-                   AND NOT EXISTS (SELECT 1 FROM outbox p
-                                   WHERE p.aggregate_id = o.aggregate_id
-                                     AND p.published_at IS NULL AND p.seq < o.seq)
-                 ORDER BY o.seq LIMIT $1
-                 FOR UPDATE SKIP LOCKED),
-             share AS (SELECT greatest(1, $2 / greatest(count(*), 1)) AS per_aggregate FROM heads)
-             SELECT r.* FROM heads h CROSS JOIN LATERAL (
-                 SELECT seq, id, aggregate_type, aggregate_id, event_type, schema_version, data_schema,
-                        source, content_type, payload, traceparent, tracestate, created_at
-                 FROM outbox p
-                 WHERE p.aggregate_id = h.aggregate_id AND p.published_at IS NULL
-                 ORDER BY p.seq LIMIT (SELECT per_aggregate FROM share)) r
-             ORDER BY r.seq",
-        )
+        let rows: Vec<Row> = sqlx::query_as(CLAIM)
         .bind(limit)
         .bind(rows_limit)
         .fetch_all(&mut *tx)
@@ -617,25 +619,6 @@ fn producer(
     Ok(kafka::OffRuntimeDrop::new(config.create()?, "producer"))
 }
 
-/// Deletes rows marked published (by a relay of an earlier version) longer
-/// than `retention_hours` ago, in chunks.
-pub async fn purge(pool: &PgPool, retention_hours: i64) -> Result<u64, sqlx::Error> {
-    crate::delete_in_chunks(|| {
-        sqlx::query(
-            "DELETE FROM outbox WHERE seq IN (
-                 SELECT seq FROM outbox
-                 WHERE published_at IS NOT NULL AND published_at < now() - make_interval(hours => $1)
-                 LIMIT $2)",
-        )
-        // Planned on every run: a plan cached while the table was small scans it whole.
-        .persistent(false)
-        .bind(i32::try_from(retention_hours).unwrap_or(i32::MAX))
-        .bind(crate::PURGE_CHUNK)
-        .execute(pool)
-    })
-    .await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -647,7 +630,88 @@ mod tests {
         assert_eq!(s.batch_size, 50);
         assert_eq!(s.poll_interval_ms, 1_000, "missing keys keep their defaults");
         assert_eq!(s.min_batch_interval_ms, 50);
-        assert_eq!(s.retention_hours, 24);
         assert!(RelaySettings::default().enabled);
+    }
+
+    /// Rows of `outbox` the plan of `EXPLAIN (ANALYZE, FORMAT JSON)` read:
+    /// per scan node of the table, its rows times its loops.
+    fn outbox_rows_read(plan: &serde_json::Value) -> f64 {
+        let own = if plan["Relation Name"] == "outbox" {
+            plan["Actual Rows"].as_f64().unwrap_or(0.0) * plan["Actual Loops"].as_f64().unwrap_or(1.0)
+        } else {
+            0.0
+        };
+        own + plan["Plans"].as_array().map_or(0.0, |ps| ps.iter().map(outbox_rows_read).sum())
+    }
+
+    /// The claim reads about a batch, not the backlog, whatever the table's
+    /// statistics say and whatever size the table had when a connection
+    /// first ran it: never analyzed, analyzed when the table held one
+    /// aggregate (every row "matches" an aggregate), and current; each both
+    /// planned afresh and as the prepared statement a connection cached while
+    /// the table was nearly empty (a generic plan is cached after five runs,
+    /// and made again only after an `ANALYZE`). Without [`BEGIN_BATCH`]'s
+    /// settings the second state is planned as a hash join of two whole-table
+    /// scans.
+    #[tokio::test]
+    async fn the_claim_reads_a_batch_not_the_backlog_whatever_the_statistics() {
+        use sqlx::{Connection, Executor};
+        let db = sagaworks_test_support::TestDatabase::create("relay_claim_plan").await;
+        let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sagaworks_runtime::db::migrate(&db.pool().await, &mut [crate::migrator()]).await.unwrap();
+        conn.execute("ALTER TABLE outbox SET (autovacuum_enabled = false)").await.unwrap();
+        conn.execute(sqlx::AssertSqlSafe(format!("PREPARE claim(bigint, bigint) AS {CLAIM}"))).await.unwrap();
+        async fn write(conn: &mut sqlx::PgConnection, aggregates: i64, rows: i64) {
+            sqlx::query(
+                "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, source,
+                                     content_type, payload)
+                 SELECT gen_random_uuid(), 'account', 'agg-' || (i % $1), 'E', 1, '/test',
+                        'application/json', '\\x7b7d'
+                 FROM generate_series(1, $2) AS i",
+            )
+            .bind(aggregates)
+            .bind(rows)
+            .execute(conn)
+            .await
+            .unwrap();
+        }
+        const BACKLOG: i64 = 20_000;
+        // `statement` in a batch's transaction, rolled back; the rows of `outbox` it read.
+        async fn read(conn: &mut sqlx::PgConnection, statement: &str, state: &str) {
+            let mut tx = conn.begin_with(BEGIN_BATCH).await.unwrap();
+            let sql = format!("EXPLAIN (ANALYZE, FORMAT JSON) {statement}");
+            let (plan,): (serde_json::Value,) =
+                sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_one(&mut *tx).await.unwrap();
+            tx.rollback().await.unwrap();
+            let n = outbox_rows_read(&plan[0]["Plan"]);
+            assert!(n > 0.0 && n < BACKLOG as f64 / 2.0, "{state}, {statement:.40}: read {n} rows: {plan:#}");
+        }
+        let fresh = CLAIM.replace("$1", "500").replace("$2", "4000");
+        // A connection that claimed on a nearly empty table, often enough to cache a generic plan.
+        write(&mut conn, 5, 10).await;
+        for _ in 0..8 {
+            let mut tx = conn.begin_with(BEGIN_BATCH).await.unwrap();
+            tx.execute("EXECUTE claim(500, 4000)").await.unwrap();
+            tx.rollback().await.unwrap();
+        }
+        conn.execute("TRUNCATE outbox").await.unwrap();
+        write(&mut conn, 2_000, BACKLOG).await;
+        for (state, setup) in [
+            ("never analyzed", None),
+            ("analyzed on one aggregate", Some(())),
+            ("analyzed", None),
+        ] {
+            if setup.is_some() {
+                conn.execute("TRUNCATE outbox").await.unwrap();
+                write(&mut conn, 1, 200).await;
+                conn.execute("ANALYZE outbox").await.unwrap();
+                conn.execute("DELETE FROM outbox").await.unwrap();
+                write(&mut conn, 2_000, BACKLOG).await;
+            } else if state == "analyzed" {
+                conn.execute("ANALYZE outbox").await.unwrap();
+            }
+            read(&mut conn, "EXECUTE claim(500, 4000)", state).await;
+            read(&mut conn, &fresh, state).await;
+        }
     }
 }

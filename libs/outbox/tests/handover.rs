@@ -1,7 +1,6 @@
 //! Work changing hands while it is in flight, against real PostgreSQL and
 //! Apache Kafka: a relay that stops with a batch out,
-//! a consumer group that rebalances mid-stream, and the outbox purge running
-//! under a publishing relay.
+//! and a consumer group that rebalances mid-stream.
 
 mod common;
 
@@ -78,7 +77,7 @@ async fn a_stopping_relay_releases_its_claims_to_another_relay_at_once() {
         }
     })
     .await;
-    let held = count(&env.pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await;
+    let held = count(&env.pool, "SELECT count(*) FROM outbox").await;
     assert_eq!(held, AGGREGATES * EVENTS, "the claimed aggregates wait for the first relay");
     assert_eq!(claimed_rows(&env.pool).await, AGGREGATES, "still claimed");
 
@@ -202,142 +201,10 @@ async fn a_rebalance_mid_stream_loses_no_event_and_doubles_none() {
     second.stop().await;
 }
 
-/// The retention purge runs over and over (retention 0: every row marked
-/// published is old at once) while the relay publishes a steady stream (and
-/// deletes each row the broker acked); each round of the stream waits until
-/// the rounds before the previous one are gone. Every event arrives once and
-/// in order, the purge deletes only rows marked published (an old,
-/// unpublished aggregate, held back meanwhile, stays whole and is published
-/// afterwards), and the rows an earlier relay marked published are gone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_purge_running_under_the_relay_deletes_only_published_rows() {
-    const AGGREGATES: i64 = 4;
-    const ROUNDS: i64 = 30;
-    let env = env("handover_purge").await;
-    // Every deleted row, as it was when deleted, and who deleted it.
-    sqlx::raw_sql(
-        "CREATE TABLE purged (seq BIGINT, aggregate_id TEXT, published_at TIMESTAMPTZ,
-                               deleted_at TIMESTAMPTZ, deleted_by TEXT);
-         CREATE FUNCTION record_purge() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
-             INSERT INTO purged SELECT seq, aggregate_id, published_at, clock_timestamp(),
-                                       current_setting('application_name') FROM gone;
-             RETURN NULL; END $$;
-         CREATE TRIGGER record_purge AFTER DELETE ON outbox REFERENCING OLD TABLE AS gone
-             FOR EACH STATEMENT EXECUTE FUNCTION record_purge();",
-    )
-    .execute(&env.pool)
-    .await
-    .unwrap();
-    // Marked published two days ago (as relays before the delete on ack left their rows).
-    for n in 1..=5 {
-        credit(&env.pool, "acc-old", n, true).await;
-    }
-    sqlx::query("UPDATE outbox SET published_at = now() - interval '48 hours'")
-        .execute(&env.pool)
-        .await
-        .unwrap();
-    // Written three days ago and never published; held back (its head locked) while the stream runs.
-    for n in 1..=3 {
-        credit(&env.pool, "acc-held", n, true).await;
-    }
-    sqlx::query("UPDATE outbox SET created_at = now() - interval '72 hours' WHERE aggregate_id = 'acc-held'")
-        .execute(&env.pool)
-        .await
-        .unwrap();
-    let mut hold = env.pool.begin().await.unwrap();
-    sqlx::query("SELECT seq FROM outbox WHERE aggregate_id = 'acc-held' ORDER BY seq LIMIT 1 FOR UPDATE")
-        .execute(&mut *hold)
-        .await
-        .unwrap();
-
-    let purging = CancellationToken::new();
-    let purger = tokio::spawn({
-        let (pool, purging) = (env.pool.clone(), purging.clone());
-        async move {
-            while !purging.is_cancelled() {
-                sagaworks_outbox::purge_published(&pool, 0).await.unwrap();
-                // Load pacing only (the purge runs back to back otherwise).
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    });
-    let relay = Relay::new(relay_pool(&env, "relay").await, &env.kafka, relay_settings()).unwrap();
-    let relay = Running::spawn(|t| relay.run(t));
-    let stream = Stream::start(env.pool.clone(), AGGREGATES, |pool, next| {
-        Box::pin(async move {
-            let left: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'acc-s%'
-                   AND (convert_from(payload, 'UTF8')::jsonb->>'n')::bigint <= $1",
-            )
-            .bind(next - 2)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            left == 0 && next <= ROUNDS
-        })
-    });
-    let pool = env.pool.clone();
-    eventually("the whole stream to be published and purged", WAIT, || {
-        let (pool, written) = (pool.clone(), stream.rounds());
-        async move {
-            let left = count(&pool, "SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'acc-s%'").await;
-            (written == ROUNDS && left == 0).then_some(())
-        }
-    })
-    .await;
-    stream.stop().await;
-
-    let held: Vec<(i64, bool)> = sqlx::query_as(
-        "SELECT (convert_from(payload, 'UTF8')::jsonb->>'n')::bigint, published_at IS NULL
-         FROM outbox WHERE aggregate_id = 'acc-held' ORDER BY seq",
-    )
-    .fetch_all(&env.pool)
-    .await
-    .unwrap();
-    assert_eq!(held, [(1, true), (2, true), (3, true)], "the unpublished aggregate is whole");
-    hold.rollback().await.unwrap();
-    eventually_published(&env.pool).await;
-    let pool = env.pool.clone();
-    eventually("the purge to leave an empty outbox", WAIT, || {
-        let pool = pool.clone();
-        async move { (count(&pool, "SELECT count(*) FROM outbox").await == 0).then_some(()) }
-    })
-    .await;
-    purging.cancel();
-    purger.await.unwrap();
-    relay.stop().await;
-
-    let unmarked = count(
-        &env.pool,
-        "SELECT count(*) FROM purged WHERE published_at IS NULL AND deleted_by IS DISTINCT FROM 'relay'",
-    )
-    .await;
-    assert_eq!(unmarked, 0, "the purge deletes only rows marked published");
-    assert_eq!(count(&env.pool, "SELECT count(*) FROM purged WHERE deleted_by = 'relay'").await, ROUNDS * AGGREGATES + 3);
-    assert_eq!(count(&env.pool, "SELECT count(*) FROM purged WHERE aggregate_id = 'acc-old'").await, 5);
-    let stream_events = ROUNDS * AGGREGATES;
-    let purged = count(&env.pool, "SELECT count(DISTINCT seq) FROM purged").await;
-    assert_eq!(purged, stream_events + 3 + 5, "the stream, the held and the old rows, all deleted");
-    assert_eq!(count(&env.pool, "SELECT count(*) FROM purged").await, purged, "each once");
-    let topic = topic_name(&env.kafka, "account");
-    let messages = read_topic(&env.kafka, &topic, WAIT, move |m| {
-        distinct_ids(m.iter().filter(|m| m.key() != Some(b"acc-old".as_slice()))) as i64 == stream_events + 3
-    })
-    .await;
-    let stream: Vec<&OwnedMessage> =
-        messages.iter().filter(|m| m.key().is_some_and(|k| k.starts_with(b"acc-s"))).collect();
-    assert_eq!(stream.len() as i64, stream_events, "each event once");
-    let per_aggregate = assert_per_aggregate_order(&messages);
-    for agg in 0..AGGREGATES {
-        assert_eq!(per_aggregate[&format!("acc-s{agg}")], (1..=ROUNDS).collect::<Vec<_>>(), "acc-s{agg}");
-    }
-    assert_eq!(per_aggregate["acc-held"], [1, 2, 3]);
-}
-
 /// Unpublished rows locked by a relay's claim (a row lock leaves the locker
 /// in the row's `xmax`; reading it takes no lock, so it claims nothing).
 async fn claimed_rows(pool: &PgPool) -> i64 {
-    count(pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL AND xmax::text <> '0'").await
+    count(pool, "SELECT count(*) FROM outbox WHERE xmax::text <> '0'").await
 }
 
 async fn eventually_published(pool: &PgPool) {
@@ -345,7 +212,7 @@ async fn eventually_published(pool: &PgPool) {
     eventually("every outbox row to be published", WAIT, || {
         let pool = pool.clone();
         async move {
-            (count(&pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await == 0).then_some(())
+            (count(&pool, "SELECT count(*) FROM outbox").await == 0).then_some(())
         }
     })
     .await;

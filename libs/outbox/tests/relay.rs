@@ -125,7 +125,7 @@ async fn events_written_while_the_broker_is_down_arrive_in_order_once_it_is_back
         (publish_errors("relay-outage") > 0.0).then_some(())
     })
     .await;
-    let backlog = count(&env.pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await;
+    let backlog = count(&env.pool, "SELECT count(*) FROM outbox").await;
     assert_eq!(backlog, 20, "nothing is marked published while the broker is down");
 
     env.broker.restart().await;
@@ -219,64 +219,6 @@ async fn payload_over_the_limit_is_refused_at_write_time() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retention_purge_removes_rows_marked_published_long_ago_only() {
-    let env = env("relay_purge").await;
-    for n in 1..=4 {
-        credit(&env.pool, "acc", n, true).await;
-    }
-    // Marked published, as relays before the delete on ack left them: 1 long
-    // ago (purged), 2 recently (kept); 3: old but never published (kept: never drop the unpublished); 4: fresh.
-    sqlx::query(
-        "UPDATE outbox SET published_at = now() - interval '48 hours', created_at = now() - interval '49 hours'
-         WHERE convert_from(payload, 'UTF8')::jsonb->>'n' = '1'",
-    )
-    .execute(&env.pool)
-    .await
-    .unwrap();
-    sqlx::query("UPDATE outbox SET published_at = now() - interval '1 hour' WHERE convert_from(payload, 'UTF8')::jsonb->>'n' = '2'")
-        .execute(&env.pool)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE outbox SET created_at = now() - interval '72 hours' WHERE convert_from(payload, 'UTF8')::jsonb->>'n' = '3'")
-        .execute(&env.pool)
-        .await
-        .unwrap();
-    let left = |pool: sqlx::PgPool| async move {
-        let ns: Vec<String> =
-            sqlx::query_scalar("SELECT convert_from(payload, 'UTF8')::jsonb->>'n' FROM outbox ORDER BY seq")
-                .fetch_all(&pool)
-                .await
-                .unwrap();
-        ns
-    };
-    let purged = sagaworks_outbox::purge_published(&env.pool, 24).await.unwrap();
-    assert_eq!(purged, 1);
-    assert_eq!(left(env.pool.clone()).await, vec!["2", "3", "4"]);
-
-    // The relay deletes what it publishes (3 and 4: 3 was never published,
-    // so it goes out now) and leaves 2, marked published an hour ago ...
-    let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
-    let running = Running::spawn(|t| relay.run(t));
-    eventually_empty_backlog(&env).await;
-    running.stop().await;
-    assert_eq!(left(env.pool.clone()).await, vec!["2"]);
-    // ... and purges on its own too (at start, then every minute): age 2 and restart it.
-    sqlx::query("UPDATE outbox SET published_at = now() - interval '25 hours'")
-        .execute(&env.pool)
-        .await
-        .unwrap();
-    let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
-    let running = Running::spawn(|t| relay.run(t));
-    let pool = env.pool.clone();
-    sagaworks_test_support::eventually("relay purge", WAIT, || {
-        let pool = pool.clone();
-        async move { left(pool).await.is_empty().then_some(()) }
-    })
-    .await;
-    running.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_backlog_gauge_equals_the_unpublished_count() {
     use sagaworks_runtime::health::Readiness;
     let env = env("relay_metrics").await;
@@ -331,7 +273,7 @@ async fn eventually_empty_backlog(env: &Env) {
     sagaworks_test_support::eventually("empty outbox backlog", WAIT, || {
         let pool = pool.clone();
         async move {
-            let n = count(&pool, "SELECT count(*) FROM outbox WHERE published_at IS NULL").await;
+            let n = count(&pool, "SELECT count(*) FROM outbox").await;
             (n == 0).then_some(())
         }
     })
@@ -501,7 +443,7 @@ async fn commits_within_the_batch_interval_share_a_batch() {
     }
 }
 
-/// A full batch (as many heads as `batch_size`, or as many rows as twice
+/// A full batch (as many heads as `batch_size`, or as many rows as `batch_rows`,
 /// that) is followed by the next one at once: only a batch that was not full
 /// waits `min_batch_interval_ms`. With the interval at an hour, a backlog of
 /// several batches, full by heads and full by rows, still drains: a relay
@@ -519,7 +461,12 @@ async fn a_full_batch_is_followed_by_the_next_at_once_whatever_the_interval() {
         credit(&env.pool, &format!("acc-{a}"), 1, true).await;
     }
     let settings =
-        sagaworks_outbox::RelaySettings { batch_size: 4, min_batch_interval_ms: 3_600_000, ..no_polling() };
+        sagaworks_outbox::RelaySettings {
+            batch_size: 4,
+            batch_rows: 8,
+            min_batch_interval_ms: 3_600_000,
+            ..no_polling()
+        };
     let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
     let running = Running::spawn(|t| relay.run(t));
     eventually_empty_backlog(&env).await;
@@ -529,7 +476,7 @@ async fn a_full_batch_is_followed_by_the_next_at_once_whatever_the_interval() {
 }
 
 /// A batch claims up to `batch_size` aggregate heads and reads each claimed
-/// aggregate's share of twice that many rows, from its head on: two heads
+/// aggregate's share of `batch_rows` (here twice that) rows, from its head on: two heads
 /// get two rows each, a lone aggregate the whole batch. Every batch is one
 /// transaction, so its rows share one `batch` in `relayed`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -545,7 +492,12 @@ async fn each_claimed_aggregate_gets_its_share_of_the_batch_from_its_head_on() {
     }
     // Pacing of an hour: only batches that may leave more waiting are followed at once.
     let settings =
-        sagaworks_outbox::RelaySettings { batch_size: 2, min_batch_interval_ms: 3_600_000, ..no_polling() };
+        sagaworks_outbox::RelaySettings {
+            batch_size: 2,
+            batch_rows: 4,
+            min_batch_interval_ms: 3_600_000,
+            ..no_polling()
+        };
     let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
     let running = Running::spawn(|t| relay.run(t));
     eventually_empty_backlog(&env).await;
@@ -625,7 +577,7 @@ async fn a_permanently_failing_event_blocks_only_its_own_aggregate() {
     })
     .await;
     let stuck: Vec<String> = sqlx::query_scalar(
-        "SELECT convert_from(payload, 'UTF8')::jsonb->>'n' FROM outbox WHERE published_at IS NULL ORDER BY seq",
+        "SELECT convert_from(payload, 'UTF8')::jsonb->>'n' FROM outbox ORDER BY seq",
     )
     .fetch_all(&env.pool)
     .await
@@ -861,68 +813,4 @@ async fn of_two_idle_relays_one_parks_and_a_commit_wakes_them() {
     a.stop().await;
     b.stop().await;
     assert_eq!(parked_relays(&env.pool).await, 0, "stopped relays hold no lock");
-}
-
-/// The relay's statements read the outbox through its indexes whatever size
-/// the table had when a connection first ran them. Rows pile up while the
-/// broker is away, and rows an earlier relay marked published stay for
-/// `retention_hours`, so a relay that scanned the table per batch would slow
-/// down as it grows. (A prepared statement's generic plan is cached per
-/// connection after five runs; made on a near-empty table, it is a full scan,
-/// and PostgreSQL only plans it again after an `ANALYZE`.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_relay_does_not_scan_the_whole_outbox_per_batch_as_it_grows() {
-    let env = env("relay_plans").await;
-    // Two connections: the LISTEN one and one for every batch, so the batches
-    // before and after the growth run on the same server process.
-    let options: sqlx::postgres::PgConnectOptions = env.db.url.parse().unwrap();
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(2)
-        .connect_with(options.application_name("relay-plans"))
-        .await
-        .unwrap();
-    let relay = Relay::new(pool.clone(), &env.kafka, relay_settings()).unwrap();
-    let running = Running::spawn(|t| relay.run(t));
-    // Batches on a near-empty table: each event is a batch of its own.
-    for n in 0..10 {
-        credit(&env.pool, &format!("acc-{n}"), n, true).await;
-        eventually_empty_backlog(&env).await;
-    }
-    // The table grows: 30,000 rows marked published (as relays before the delete on ack left them).
-    sqlx::query(
-        "INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, schema_version, source,
-                             content_type, payload, published_at)
-         SELECT gen_random_uuid(), 'account', 'old-' || i, 'AccountCredited', 1, '/sagaworks/test',
-                'application/json', '\\x7b7d', now()
-         FROM generate_series(1, 30000) AS i",
-    )
-    .execute(&env.pool)
-    .await
-    .unwrap();
-    for n in 10..20 {
-        credit(&env.pool, &format!("acc-{n}"), n, true).await;
-        eventually_empty_backlog(&env).await;
-    }
-    running.stop().await;
-    // A server process reports its table statistics when it exits, at the latest.
-    pool.close().await;
-    let stats = env.pool.clone();
-    sagaworks_test_support::eventually("the relay's connections to exit", WAIT, || {
-        let stats = stats.clone();
-        async move {
-            let n =
-                count(&stats, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'relay-plans'")
-                    .await;
-            (n == 0).then_some(())
-        }
-    })
-    .await;
-    // The statistics of an exiting process may land just after it left pg_stat_activity.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let rows_scanned =
-        count(&env.pool, "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'outbox'").await;
-    assert!(
-        rows_scanned < 30_000,
-        "{rows_scanned} outbox rows read by full scans: a batch scanned the whole table"
-    );
 }
