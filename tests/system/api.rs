@@ -357,10 +357,7 @@ async fn without_the_broker_every_service_stays_ready_reports_degraded_and_still
     let order = stack.settled(order["order_id"].as_str().unwrap()).await;
     assert_eq!(order["status"], "CONFIRMED", "{order}");
     let pool = stack.order_db.pool().await;
-    let waiting: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let waiting: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(&pool).await.unwrap();
     assert!(waiting >= 2, "OrderCreated and OrderConfirmed wait for the broker: {waiting}");
 }
 

@@ -752,10 +752,12 @@ async fn reservations_are_committed_in_batches_all_or_nothing() {
             .collect()
     };
     let events = async |conn: &mut sqlx::PgConnection| -> Vec<String> {
-        sqlx::query_scalar("SELECT aggregate_id FROM outbox_ledger WHERE event_type = 'StockCommitted' ORDER BY seq")
-            .fetch_all(conn)
-            .await
-            .unwrap()
+        sqlx::query_scalar(
+            "SELECT aggregate_id FROM outbox_ledger WHERE event_type = 'StockCommitted' ORDER BY seq",
+        )
+        .fetch_all(conn)
+        .await
+        .unwrap()
     };
 
     let committed = stock::commit_all(&mut conn, &outbox, &requests(&batch)).await.unwrap();

@@ -46,7 +46,9 @@ pub async fn server_commits(pool: &PgPool) -> Result<i64, ToolError> {
 }
 
 /// Transactions committed so far per database of the server (`pg_stat_database`).
-pub async fn commits_by_database(pool: &PgPool) -> Result<std::collections::BTreeMap<String, i64>, ToolError> {
+pub async fn commits_by_database(
+    pool: &PgPool,
+) -> Result<std::collections::BTreeMap<String, i64>, ToolError> {
     let rows: Vec<(String, i64)> =
         sqlx::query_as("SELECT datname::text, xact_commit FROM pg_stat_database WHERE datname IS NOT NULL")
             .fetch_all(pool)

@@ -419,10 +419,7 @@ async fn publish_all(pool: &PgPool, kafka: &KafkaSettings) {
             .unwrap();
     let task = tokio::spawn(relay.run(token.clone()));
     sagaworks_test_support::eventually("outbox published", Duration::from_secs(30), || async {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
-            .fetch_one(pool)
-            .await
-            .unwrap();
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(pool).await.unwrap();
         (n == 0).then_some(())
     })
     .await;
@@ -477,10 +474,11 @@ async fn every_event_on_kafka_passes_and_a_copy_needs_a_death_of_its_publisher()
     );
     // The same event again: a relay that died between the ack and the delete,
     // or a producer that wrote a retried batch twice.
-    let confirmed: Uuid = sqlx::query_scalar("SELECT id FROM outbox_ledger WHERE event_type = 'OrderConfirmed'")
-        .fetch_one(l.order())
-        .await
-        .unwrap();
+    let confirmed: Uuid =
+        sqlx::query_scalar("SELECT id FROM outbox_ledger WHERE event_type = 'OrderConfirmed'")
+            .fetch_one(l.order())
+            .await
+            .unwrap();
     let sent = Utc::now();
     send_order_event(&kafka, confirmed, CONFIRMED, None).await;
     // No death of the order service between the two sends: not explained.

@@ -177,10 +177,7 @@ fn jobs(events: usize, aggregates: usize, first_n: i64) -> Vec<Vec<(String, i64)
 /// Whether any event is still unpublished. (Not a `count(*)`: counting the
 /// whole backlog on every poll would take CPU from the relay being measured.)
 async fn backlog(pool: &PgPool) -> bool {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outbox)")
-        .fetch_one(pool)
-        .await
-        .expect("backlog")
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outbox)").fetch_one(pool).await.expect("backlog")
 }
 
 /// Busy CPU time of the whole machine so far (user, nice, system, irq,

@@ -380,11 +380,7 @@ impl Relay {
         let mut tx = self.pool.begin_with(BEGIN_BATCH).await?;
         let rows_limit = self.settings.batch_rows.max(1);
         // Steps 1 and 2 in one statement (one snapshot, one round trip).
-        let rows: Vec<Row> = sqlx::query_as(CLAIM)
-        .bind(limit)
-        .bind(rows_limit)
-        .fetch_all(&mut *tx)
-        .await?;
+        let rows: Vec<Row> = sqlx::query_as(CLAIM).bind(limit).bind(rows_limit).fetch_all(&mut *tx).await?;
         if rows.is_empty() {
             tx.commit().await?;
             return Ok(BatchOutcome::default());
@@ -696,11 +692,9 @@ mod tests {
         }
         conn.execute("TRUNCATE outbox").await.unwrap();
         write(&mut conn, 2_000, BACKLOG).await;
-        for (state, setup) in [
-            ("never analyzed", None),
-            ("analyzed on one aggregate", Some(())),
-            ("analyzed", None),
-        ] {
+        for (state, setup) in
+            [("never analyzed", None), ("analyzed on one aggregate", Some(())), ("analyzed", None)]
+        {
             if setup.is_some() {
                 conn.execute("TRUNCATE outbox").await.unwrap();
                 write(&mut conn, 1, 200).await;

@@ -89,9 +89,7 @@ async fn a_leader_cut_off_mid_stream_loses_no_event_reorders_none_and_the_produc
     let pool = env.pool.clone();
     eventually("the backlog published without the stopped broker", WAIT, || {
         let pool = pool.clone();
-        async move {
-            (count(&pool, "SELECT count(*) FROM outbox").await == 0).then_some(())
-        }
+        async move { (count(&pool, "SELECT count(*) FROM outbox").await == 0).then_some(()) }
     })
     .await;
     env.broker.signal(victim, "CONT");

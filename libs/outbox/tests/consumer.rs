@@ -387,8 +387,7 @@ async fn a_worker_waits_batch_wait_ms_for_more_messages_to_batch() {
     for n in 1..=TRICKLE {
         credit(&env.pool, "acc-w", n, true).await;
         sagaworks_test_support::eventually("the event on Kafka", WAIT, || async {
-            (count(&env.pool, "SELECT count(*) FROM outbox").await == 0)
-                .then_some(())
+            (count(&env.pool, "SELECT count(*) FROM outbox").await == 0).then_some(())
         })
         .await;
     }

@@ -211,9 +211,7 @@ async fn eventually_published(pool: &PgPool) {
     let pool = pool.clone();
     eventually("every outbox row to be published", WAIT, || {
         let pool = pool.clone();
-        async move {
-            (count(&pool, "SELECT count(*) FROM outbox").await == 0).then_some(())
-        }
+        async move { (count(&pool, "SELECT count(*) FROM outbox").await == 0).then_some(()) }
     })
     .await;
 }

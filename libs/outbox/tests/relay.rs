@@ -460,13 +460,12 @@ async fn a_full_batch_is_followed_by_the_next_at_once_whatever_the_interval() {
     for a in 1..=12 {
         credit(&env.pool, &format!("acc-{a}"), 1, true).await;
     }
-    let settings =
-        sagaworks_outbox::RelaySettings {
-            batch_size: 4,
-            batch_rows: 8,
-            min_batch_interval_ms: 3_600_000,
-            ..no_polling()
-        };
+    let settings = sagaworks_outbox::RelaySettings {
+        batch_size: 4,
+        batch_rows: 8,
+        min_batch_interval_ms: 3_600_000,
+        ..no_polling()
+    };
     let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
     let running = Running::spawn(|t| relay.run(t));
     eventually_empty_backlog(&env).await;
@@ -491,13 +490,12 @@ async fn each_claimed_aggregate_gets_its_share_of_the_batch_from_its_head_on() {
         credit(&env.pool, "acc-c", n, true).await;
     }
     // Pacing of an hour: only batches that may leave more waiting are followed at once.
-    let settings =
-        sagaworks_outbox::RelaySettings {
-            batch_size: 2,
-            batch_rows: 4,
-            min_batch_interval_ms: 3_600_000,
-            ..no_polling()
-        };
+    let settings = sagaworks_outbox::RelaySettings {
+        batch_size: 2,
+        batch_rows: 4,
+        min_batch_interval_ms: 3_600_000,
+        ..no_polling()
+    };
     let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
     let running = Running::spawn(|t| relay.run(t));
     eventually_empty_backlog(&env).await;
@@ -576,12 +574,11 @@ async fn a_permanently_failing_event_blocks_only_its_own_aggregate() {
         (publish_errors("test") > seen).then_some(())
     })
     .await;
-    let stuck: Vec<String> = sqlx::query_scalar(
-        "SELECT convert_from(payload, 'UTF8')::jsonb->>'n' FROM outbox ORDER BY seq",
-    )
-    .fetch_all(&env.pool)
-    .await
-    .unwrap();
+    let stuck: Vec<String> =
+        sqlx::query_scalar("SELECT convert_from(payload, 'UTF8')::jsonb->>'n' FROM outbox ORDER BY seq")
+            .fetch_all(&env.pool)
+            .await
+            .unwrap();
     assert_eq!(stuck, vec!["1", "2"]);
     let errors = publish_errors("test");
     assert!(errors >= 2.0, "failures are counted: {errors}");

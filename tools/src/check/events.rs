@@ -35,9 +35,7 @@ pub async fn drained(dbs: &Databases, settle: Duration) -> Result<Verdict, ToolE
     settled(settle, || async {
         let mut backlog = Vec::new();
         for (service, pool) in dbs.all() {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
-                .fetch_one(pool)
-                .await?;
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(pool).await?;
             if n > 0 {
                 backlog.push(format!("{service}: {n} unpublished"));
             }

@@ -331,5 +331,9 @@ pub async fn record_relayed(pool: &PgPool) {
 /// `application_name` (how a test tells one relay's statements from another's).
 pub async fn relay_pool(env: &Env, name: &str) -> PgPool {
     let options: sqlx::postgres::PgConnectOptions = env.db.url.parse().unwrap();
-    sqlx::postgres::PgPoolOptions::new().max_connections(4).connect_with(options.application_name(name)).await.unwrap()
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect_with(options.application_name(name))
+        .await
+        .unwrap()
 }
