@@ -10,7 +10,7 @@
 
 /// `/proc/stat` counts in USER_HZ ticks, which the kernel fixes at 100 per
 /// second in its ABI on every architecture we run on.
-const TICKS_PER_SEC: f64 = 100.0;
+pub(crate) const TICKS_PER_SEC: f64 = 100.0;
 
 /// The aggregate `cpu` line of `/proc/stat` and the number of cores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

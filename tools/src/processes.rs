@@ -7,11 +7,9 @@
 //! groups then sum to less than the machine's figure from [`crate::cpu`]);
 //! the services, the pools' backends and the broker live through a run.
 
+use crate::cpu::TICKS_PER_SEC;
 use std::collections::BTreeMap;
 use std::path::Path;
-
-/// Ticks per second of `/proc/<pid>/stat` (USER_HZ, fixed at 100 in the ABI).
-const TICKS_PER_SEC: f64 = 100.0;
 
 /// CPU ticks (user + system) per group, at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]

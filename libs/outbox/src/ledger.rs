@@ -15,9 +15,6 @@
 
 use sqlx::PgPool;
 
-/// The ledger's table: the outbox's columns, one row per event written.
-pub const LEDGER_TABLE: &str = "outbox_ledger";
-
 /// Installs the ledger on `pool`'s database (idempotent; it records what is
 /// written from now on). Needs a role that may create tables, functions and
 /// triggers on `outbox` (the owner of the schema, or the server's admin); the

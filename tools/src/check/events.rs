@@ -173,15 +173,12 @@ pub async fn exactly_once(
     deaths: &[Kill],
     timeout: Duration,
 ) -> Result<Verdict, ToolError> {
-    let without: Vec<&str> = {
-        let mut without = Vec::new();
-        for (service, pool) in dbs.all() {
-            if !ledger::installed(pool).await? {
-                without.push(service);
-            }
+    let mut without = Vec::new();
+    for (service, pool) in dbs.all() {
+        if !ledger::installed(pool).await? {
+            without.push(service);
         }
-        without
-    };
+    }
     if !without.is_empty() {
         let detail = format!(
             "no outbox ledger on {}: what was written cannot be told (the relay deletes published rows); \
