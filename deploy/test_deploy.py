@@ -418,6 +418,33 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "dev/StatefulSet/kafka: image must be apache/kafka:4.4.0")
         self.assertFalse([f for f in failures if f.startswith("compose/kafka:")], failures)
 
+    def test_a_local_image_of_another_release_or_a_pulled_one_fails(self) -> None:
+        local = yaml.safe_load((ROOT / consistency.LOCAL_COMPOSE).read_text())
+        report = consistency.Report()
+        consistency.check_local_images(report, self.compose, ROOT, local)
+        self.assertEqual(report.failures, [])
+        services = local["services"]
+        services["postgres"]["image"] = "sagaworks-local/postgres:15"
+        services["kafka-init"]["image"] = "sagaworks-local/kafka:4.3.0"
+        services["jaeger"]["image"] = "jaegertracing/jaeger:2.12.0"
+        services["otel-collector"]["image"] = "sagaworks-local/otel-collector:0.164.0"
+        del services["payment"]["pull_policy"]
+        del services["prometheus"]
+        services["grafana"] = {"image": "sagaworks-local/grafana:12"}
+        compose = copy.deepcopy(self.compose)
+        del compose["services"]["grafana"]["profiles"]
+        report = consistency.Report()
+        consistency.check_local_images(report, compose, ROOT, local)
+        failures = report.failures
+        self.assert_fails(failures, "local.yml/postgres: image must be sagaworks-local/postgres:17")
+        self.assert_fails(failures, "local.yml/kafka-init: image must be sagaworks-local/kafka:4.4.0")
+        self.assert_fails(failures, "local.yml/jaeger: image must be one of scripts/images'")
+        self.assert_fails(failures, "local.yml/otel-collector: image must be sagaworks-local/otel-collector:")
+        self.assert_fails(failures, "local.yml/payment: pull_policy must be never")
+        self.assert_fails(failures, "local.yml: no entry for compose's prometheus")
+        self.assert_fails(failures, "local.yml: grafana has no image built here")
+        self.assert_fails(failures, "compose/grafana: must sit behind a profile")
+
     def test_unsecured_kafka_or_drifted_acls_fail(self) -> None:
         compose = copy.deepcopy(self.compose)
         services = compose["services"]

@@ -22,7 +22,8 @@ deploy/test_deploy.py like the hand-written entries of the other services:
   PDB, NetworkPolicies, Certificate, ConfigMap) and the dev overlay's PostgreSQL
   k8s/overlays/dev/infra/postgres/<name>-db.yaml;
 * blocks between `>>> new-service <name>` and `<<< new-service <name>` comment lines:
-  docker-compose.yml (the service, its database passwords, its Kafka user), the postgres
+  docker-compose.yml (the service, its database passwords, its Kafka user) and its override
+  for the images built here (deploy/containers/local.yml), the postgres
   init (deploy/postgres/init.sql), the overlays (images, ConfigMaps, Secrets, Kafka
   credentials, the database's and Kafka's NetworkPolicies, the Prometheus metrics Service,
   the managed-services example), the callees' gRPC ingress, both Prometheus configs,
@@ -281,6 +282,14 @@ COMPOSE_SERVICE = """\
     healthcheck:
       <<: *healthcheck
       test: ["CMD", "http-probe", "{{http_port}}", "/health/ready"]
+"""
+
+COMPOSE_LOCAL_SERVICE = """\
+  {{name}}:
+    <<: *local
+    depends_on:
+      otel-collector:
+        condition: service_healthy
 """
 
 COMPOSE_DB_PASSWORDS = """\
@@ -605,6 +614,8 @@ def edits(e: Entry) -> list[Block | Words | Line]:
         Words(COMPOSE, (r"^services:$", r"^  kafka-init:$", r"for aggregate in "), r"for aggregate in ([a-z0-9 ]+);", topics),
         Block(COMPOSE, (r"^networks:$",), COMPOSE_SERVICE, indent="  ", blank_after=True),
         Block("deploy/observability/prometheus/prometheus.yml", (), COMPOSE_PROMETHEUS_JOB, indent="  "),
+        # compose's override for the images built here (scripts/images builds every service)
+        Block("deploy/containers/local.yml", (), COMPOSE_LOCAL_SERVICE, indent="  "),
         # the postgres init of compose
         Block("deploy/postgres/init.sql", (r"^-- Nobody but the superuser",), INIT_SQL_PASSWORDS, comment="--"),
         Block("deploy/postgres/init.sql", (), INIT_SQL_DATABASE, comment="--"),
