@@ -45,11 +45,23 @@ pub struct ServerSettings {
     pub request_timeout_ms: u64,
     /// Connections served at once; the next ones wait in the listen backlog.
     pub max_connections: usize,
+    /// A connection the server closes is first drained of what the client still sends
+    /// (lingering close), for at most this long, so a client that writes a whole body
+    /// before reading gets the early answer (413) and not a reset.
+    pub linger_timeout_ms: u64,
+    /// ... and of at most this many bytes.
+    pub linger_max_bytes: usize,
 }
 
 impl Default for ServerSettings {
     fn default() -> Self {
-        Self { header_read_timeout_ms: 10_000, request_timeout_ms: 30_000, max_connections: 10_000 }
+        Self {
+            header_read_timeout_ms: 10_000,
+            request_timeout_ms: 30_000,
+            max_connections: 10_000,
+            linger_timeout_ms: 5_000,
+            linger_max_bytes: 8 * 1024 * 1024,
+        }
     }
 }
 

@@ -8,11 +8,17 @@
 //!   headers within `header_read_timeout_ms` is closed (a slowloris client holds a
 //!   connection by sending its headers a byte at a time);
 //! * **request timeout**: a request not answered within `request_timeout_ms` gets a 504
-//!   problem+json ([`crate::error::ApiError::RequestTimeout`]) and its handler is dropped.
+//!   problem+json ([`crate::error::ApiError::RequestTimeout`]) and its handler is dropped;
+//! * **lingering close**: a connection the server closes is drained of what the client
+//!   still sends, within `linger_timeout_ms` and `linger_max_bytes` ([`linger`]), so an
+//!   early answer (413 for a body over the limit) reaches a client that writes its whole
+//!   body before reading, instead of a reset.
 //!
 //! axum's own `serve` has neither the cap nor the header timeout, so this is its loop
 //! (hyper-util's auto builder, HTTP/1 and HTTP/2) with both, and a graceful drain on
 //! shutdown.
+
+pub mod linger;
 
 use crate::config::ServerSettings;
 use crate::error::ApiError;
@@ -57,6 +63,10 @@ pub async fn serve(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_millis(settings.header_read_timeout_ms));
+    let linger = linger::LingerLimits {
+        timeout: Duration::from_millis(settings.linger_timeout_ms),
+        max_bytes: settings.linger_max_bytes,
+    };
     let permits = Arc::new(Semaphore::new(settings.max_connections));
     let graceful = GracefulShutdown::new();
     loop {
@@ -80,8 +90,10 @@ pub async fn serve(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
         }
         let Ok(service) = make_service.call(peer).await;
-        let connection =
-            builder.serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(service));
+        let connection = builder.serve_connection_with_upgrades(
+            TokioIo::new(linger::Lingering::new(tcp, linger)),
+            TowerToHyperService::new(service),
+        );
         let connection = graceful.watch(connection.into_owned());
         tokio::spawn(async move {
             if let Err(e) = connection.await {

@@ -89,9 +89,14 @@ impl Application {
             return Err(StartupError::CorsOrigin(bad.clone()));
         }
         let server = &settings.server;
-        if server.header_read_timeout_ms == 0 || server.max_connections == 0 {
+        if server.header_read_timeout_ms == 0
+            || server.max_connections == 0
+            || server.linger_timeout_ms == 0
+            || server.linger_max_bytes == 0
+        {
             return Err(StartupError::Server(
-                "header_read_timeout_ms and max_connections must be > 0".into(),
+                "header_read_timeout_ms, max_connections, linger_timeout_ms and linger_max_bytes must be > 0"
+                    .into(),
             ));
         }
         if server.request_timeout_ms <= u64::from(settings.api.order_wait_ms) {
