@@ -37,19 +37,67 @@ pub struct Settings {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct ServerSettings {
-    /// An HTTP/1 connection that has not sent a request's headers this long after it
-    /// opened (or after its last response) is closed (slowloris).
+    /// A connection that has not delivered a complete request head this long after it
+    /// opened (or after its last request ended) is closed: on HTTP/1 a slowloris
+    /// client, on HTTP/2 one with no request in flight, e.g. that sent only the preface
+    /// or a header block it never finishes (after a GOAWAY and at most
+    /// `http2_keep_alive_timeout_ms` for the peer to close).
     pub header_read_timeout_ms: u64,
     /// A request that has not been answered this long after it arrived is answered 504
     /// (problem+json). Must exceed `api.order_wait_ms`.
     pub request_timeout_ms: u64,
     /// Connections served at once; the next ones wait in the listen backlog.
     pub max_connections: usize,
+    /// Connections served at once from one client address (an IPv6 client by its /64);
+    /// one more is closed when accepted. `rate_limit.trusted_proxies` are exempt.
+    pub max_connections_per_peer: usize,
+    /// An HTTP/2 connection is sent a PING this often ...
+    pub http2_keep_alive_interval_ms: u64,
+    /// ... and closed when the peer has not answered it within this long.
+    pub http2_keep_alive_timeout_ms: u64,
+    /// A connection open this long is shut down gracefully (GOAWAY, `Connection:
+    /// close`); its requests have `request_timeout_ms` to finish.
+    pub max_connection_age_ms: u64,
+    /// A connection the server closes is first drained of what the client still sends
+    /// (lingering close), for at most this long, so a client that writes a whole body
+    /// before reading gets the early answer (413) and not a reset.
+    pub linger_timeout_ms: u64,
+    /// ... and of at most this many bytes.
+    pub linger_max_bytes: usize,
+}
+
+impl ServerSettings {
+    /// The first limit set to zero, which would refuse every connection or none.
+    pub fn zero_limit(&self) -> Option<&'static str> {
+        [
+            ("server.header_read_timeout_ms", self.header_read_timeout_ms == 0),
+            ("server.request_timeout_ms", self.request_timeout_ms == 0),
+            ("server.max_connections", self.max_connections == 0),
+            ("server.max_connections_per_peer", self.max_connections_per_peer == 0),
+            ("server.http2_keep_alive_interval_ms", self.http2_keep_alive_interval_ms == 0),
+            ("server.http2_keep_alive_timeout_ms", self.http2_keep_alive_timeout_ms == 0),
+            ("server.max_connection_age_ms", self.max_connection_age_ms == 0),
+            ("server.linger_timeout_ms", self.linger_timeout_ms == 0),
+            ("server.linger_max_bytes", self.linger_max_bytes == 0),
+        ]
+        .into_iter()
+        .find_map(|(key, zero)| zero.then_some(key))
+    }
 }
 
 impl Default for ServerSettings {
     fn default() -> Self {
-        Self { header_read_timeout_ms: 10_000, request_timeout_ms: 30_000, max_connections: 10_000 }
+        Self {
+            header_read_timeout_ms: 10_000,
+            request_timeout_ms: 30_000,
+            max_connections: 10_000,
+            max_connections_per_peer: 256,
+            http2_keep_alive_interval_ms: 20_000,
+            http2_keep_alive_timeout_ms: 10_000,
+            max_connection_age_ms: 600_000,
+            linger_timeout_ms: 5_000,
+            linger_max_bytes: 8 * 1024 * 1024,
+        }
     }
 }
 
@@ -292,6 +340,18 @@ mod tests {
         assert_eq!(Settings::default().environment, Environment::Development);
         let unknown = serde_json::from_value::<Settings>(serde_json::json!({ "environment": "prod" }));
         assert!(unknown.is_err(), "only development and production");
+    }
+
+    #[test]
+    fn every_server_limit_must_be_set() {
+        assert_eq!(ServerSettings::default().zero_limit(), None);
+        let unlimited = serde_json::from_value::<ServerSettings>(serde_json::json!({
+            "http2_keep_alive_timeout_ms": 0,
+        }))
+        .unwrap();
+        assert_eq!(unlimited.zero_limit(), Some("server.http2_keep_alive_timeout_ms"));
+        let no_peer_cap = ServerSettings { max_connections_per_peer: 0, ..ServerSettings::default() };
+        assert_eq!(no_peer_cap.zero_limit(), Some("server.max_connections_per_peer"));
     }
 
     #[test]

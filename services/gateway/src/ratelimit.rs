@@ -121,7 +121,8 @@ impl TrustedProxies {
             .map(Self)
     }
 
-    fn trusts(&self, ip: IpAddr) -> bool {
+    /// Whether `ip` is one of the proxies.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
         self.0.iter().any(|net| net.contains(&ip))
     }
 

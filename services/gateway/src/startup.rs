@@ -3,7 +3,7 @@
 use crate::api::{self, AppState};
 use crate::auth::Authenticator;
 use crate::config::{ServerSettings, Settings};
-use crate::ratelimit::Limiter;
+use crate::ratelimit::{Limiter, TrustedProxies};
 use axum::http::Method;
 use axum::http::header::{
     AUTHORIZATION, CONTENT_TYPE, COOKIE, HeaderName, HeaderValue, LOCATION, RETRY_AFTER, SET_COOKIE,
@@ -49,6 +49,8 @@ pub struct Application {
     listener: TcpListener,
     state: AppState,
     server: ServerSettings,
+    /// Exempt from the per-peer connection cap (`rate_limit.trusted_proxies`).
+    proxies: Vec<String>,
 }
 
 /// The CORS layer for `origins` (none when empty); entries that are not header
@@ -89,10 +91,8 @@ impl Application {
             return Err(StartupError::CorsOrigin(bad.clone()));
         }
         let server = &settings.server;
-        if server.header_read_timeout_ms == 0 || server.max_connections == 0 {
-            return Err(StartupError::Server(
-                "header_read_timeout_ms and max_connections must be > 0".into(),
-            ));
+        if let Some(zero) = server.zero_limit() {
+            return Err(StartupError::Server(format!("{zero} must be > 0")));
         }
         if server.request_timeout_ms <= u64::from(settings.api.order_wait_ms) {
             return Err(StartupError::Server(format!(
@@ -131,7 +131,12 @@ impl Application {
             auth,
             limiter,
         };
-        Ok(Self { listener, state, server: settings.server.clone() })
+        Ok(Self {
+            listener,
+            state,
+            server: settings.server.clone(),
+            proxies: settings.rate_limit.trusted_proxies.clone(),
+        })
     }
 
     pub fn port(&self) -> u16 {
@@ -163,7 +168,10 @@ impl Application {
     /// Serves (with the limits of `[server]`, see [`crate::server`]) until `shutdown`.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), StartupError> {
         let server = self.server.clone();
+        let proxies = TrustedProxies::parse(&self.proxies)?;
         let router = crate::server::with_request_timeout(Self::router(self.state), &server);
-        crate::server::serve(self.listener, router, &server, shutdown).await.map_err(StartupError::Serve)
+        crate::server::serve(self.listener, router, &server, proxies, shutdown)
+            .await
+            .map_err(StartupError::Serve)
     }
 }
