@@ -533,12 +533,14 @@ fn assert_limited(status: StatusCode, headers: &reqwest::header::HeaderMap, what
     assert!(retry_after > 60, "{what}: Retry-After {retry_after}, the bucket refills hourly");
 }
 
-/// The gateway binary with nothing but `env` (and PATH), its stdout and stderr captured.
+/// The gateway binary with nothing but `env` (and PATH, and `APP_ENVIRONMENT=development`
+/// unless `env` sets it), its stdout and stderr captured.
 fn spawn_gateway(env: &[(&str, &str)]) -> std::process::Child {
     let mut command = std::process::Command::new(system_tests::processes::binary("gateway"));
     command
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("APP_ENVIRONMENT", "development")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     for (key, value) in env {

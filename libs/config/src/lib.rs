@@ -22,6 +22,9 @@ pub const CONFIG_FILE_ENV: &str = "APP_CONFIG_FILE";
 pub const ENV_PREFIX: &str = "APP";
 /// Separator between nested keys in override variables.
 pub const ENV_SEPARATOR: &str = "__";
+/// The variable that says where a service runs ([`Environment`]); a service refuses to
+/// start without it ([`load_service`]).
+pub const ENVIRONMENT_ENV: &str = "APP_ENVIRONMENT";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -29,6 +32,12 @@ pub enum ConfigError {
     MissingFile { path: String },
     #[error("invalid configuration: {0}")]
     Invalid(#[from] config::ConfigError),
+    #[error(
+        "APP_ENVIRONMENT is not set: a service starts only when told where it runs; set \
+         APP_ENVIRONMENT=production (TLS, allow-lists, no test hooks) or APP_ENVIRONMENT=development \
+         (a developer's machine), or `environment` in the APP_CONFIG_FILE"
+    )]
+    EnvironmentUnset,
 }
 
 /// Loads `T` from its defaults, the file named by `APP_CONFIG_FILE` (if set) and
@@ -39,6 +48,39 @@ where
 {
     let file = std::env::var(CONFIG_FILE_ENV).ok();
     load_from(file.as_deref().map(Path::new))
+}
+
+/// Like [`load`], for a service: refuses ([`ConfigError::EnvironmentUnset`]) when
+/// neither `APP_ENVIRONMENT` nor the file sets `environment`, so no service falls back
+/// on a default (a debug build's `development`: no TLS, no allow-list, `/fault`) by
+/// omission.
+pub fn load_service<T>() -> Result<T, ConfigError>
+where
+    T: DeserializeOwned + Serialize + Default,
+{
+    let file = std::env::var(CONFIG_FILE_ENV).ok();
+    load_service_from(file.as_deref().map(Path::new))
+}
+
+/// Like [`load_service`] with an explicit file (which must exist when given).
+pub fn load_service_from<T>(file: Option<&Path>) -> Result<T, ConfigError>
+where
+    T: DeserializeOwned + Serialize + Default,
+{
+    let in_env = std::env::var(ENVIRONMENT_ENV).is_ok_and(|v| !v.trim().is_empty());
+    if !in_env && !file_sets_environment(file)? {
+        return Err(ConfigError::EnvironmentUnset);
+    }
+    load_from(file)
+}
+
+/// Whether `file` (TOML) sets `environment`.
+fn file_sets_environment(file: Option<&Path>) -> Result<bool, ConfigError> {
+    let Some(path) = file.filter(|p| p.exists()) else { return Ok(false) };
+    let only_the_file = config::Config::builder()
+        .add_source(config::File::from(path).format(config::FileFormat::Toml))
+        .build()?;
+    Ok(only_the_file.get_string("environment").is_ok_and(|v| !v.trim().is_empty()))
 }
 
 /// Like [`load`] with an explicit file (which must exist when given).
@@ -64,11 +106,12 @@ where
 
 /// Where a service runs (`environment`, `APP_ENVIRONMENT`). In `production` a service
 /// refuses, at start-up, every setting that is only safe on a developer's machine (TLS
-/// off, fault injection, the development JWT secret, ...; docs/security.md lists them).
+/// off, fault injection, test hooks, the development JWT secret, ...; docs/security.md
+/// lists them).
 ///
-/// The default is `development` in a debug build and `production` in a release build,
-/// so the release images are strict unless told otherwise; `scripts/dev-up` and the
-/// compose file, which run release builds locally, set `development`.
+/// A service binary requires it to be set ([`load_service`]); the default, `development`
+/// in a debug build and `production` in a release build, is what settings built in
+/// code (tests) start from.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Environment {
@@ -703,6 +746,22 @@ mod tests {
         assert_eq!(s.http.port, 7001, "env beats the file");
         assert_eq!(s.database.url, "postgres://x@h/db");
         assert_eq!(s.database.max_connections, 3);
+
+        // A service needs `environment` from APP_ENVIRONMENT or the file.
+        unsafe { std::env::remove_var(ENVIRONMENT_ENV) };
+        let err = load_service_from::<Sample>(Some(&file)).unwrap_err();
+        assert!(matches!(err, ConfigError::EnvironmentUnset), "{err}");
+        assert!(err.to_string().starts_with("APP_ENVIRONMENT is not set"), "{err}");
+        unsafe { std::env::set_var(ENVIRONMENT_ENV, " ") };
+        assert!(matches!(load_service_from::<Sample>(None), Err(ConfigError::EnvironmentUnset)), "blank");
+        unsafe { std::env::set_var(ENVIRONMENT_ENV, "development") };
+        let s: Sample = load_service_from(Some(&file)).unwrap();
+        unsafe { std::env::remove_var(ENVIRONMENT_ENV) };
+        assert_eq!(s.name, "from-file");
+        let with_environment = dir.join("env.toml");
+        std::fs::write(&with_environment, "environment = \"production\"\nname = \"prod\"\n").unwrap();
+        let s: Sample = load_service_from(Some(&with_environment)).unwrap();
+        assert_eq!(s.name, "prod", "the file's environment is as good as the variable");
 
         let err = load_from::<Sample>(Some(&dir.join("nope.toml"))).unwrap_err();
         assert!(matches!(err, ConfigError::MissingFile { .. }), "{err}");
