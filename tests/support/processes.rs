@@ -81,8 +81,8 @@ pub struct ServiceProcess {
 
 impl ServiceProcess {
     /// Starts `name` with a TOML configuration file (`APP_CONFIG_FILE`) and
-    /// extra environment variables; nothing else of the test's environment
-    /// but `PATH` is passed on.
+    /// extra environment variables (`APP_ENVIRONMENT=development` unless they set
+    /// it); nothing else of the test's environment but `PATH` is passed on.
     pub fn spawn(
         name: &'static str,
         http_port: u16,
@@ -99,6 +99,7 @@ impl ServiceProcess {
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("APP_CONFIG_FILE", &file)
+            .env("APP_ENVIRONMENT", "development")
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
         // Every service under test speaks mutual TLS, with a certificate of the test CA.
         let tls = sagaworks_test_support::certs::tls(name);

@@ -31,6 +31,7 @@ async fn payment_reads_file_and_env_logs_json_and_drains_on_sigterm() {
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("APP_CONFIG_FILE", &file)
+        .env("APP_ENVIRONMENT", "development")
         .env("APP_HTTP__PORT", http.to_string())
         .env("APP_DATABASE__URL", &db.url)
         .env("APP_KAFKA__BROKERS", &kafka.brokers)
@@ -84,8 +85,12 @@ async fn payment_reads_file_and_env_logs_json_and_drains_on_sigterm() {
 
 #[tokio::test]
 async fn a_broken_config_is_a_clear_error_not_a_panic() {
-    let output =
-        Command::new(binary("order")).env_clear().env("APP_GRPC__PORT", "not-a-port").output().unwrap();
+    let output = Command::new(binary("order"))
+        .env_clear()
+        .env("APP_ENVIRONMENT", "development")
+        .env("APP_GRPC__PORT", "not-a-port")
+        .output()
+        .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("port"), "names the bad key: {stderr}");
@@ -99,6 +104,7 @@ async fn migrate_applies_the_schema_and_exits_and_a_bad_command_is_a_usage_error
         Command::new(binary("order"))
             .arg("migrate")
             .env_clear()
+            .env("APP_ENVIRONMENT", "development")
             .env("APP_DATABASE__URL", &db.url)
             // Nothing but the database is needed: no broker, no ports.
             .env("APP_KAFKA__BROKERS", "127.0.0.1:1")
@@ -129,4 +135,46 @@ async fn migrate_applies_the_schema_and_exits_and_a_bad_command_is_a_usage_error
     assert_eq!(bad.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(stderr.contains("unrecognized subcommand 'migrat'") && stderr.contains("Usage"), "{stderr}");
+}
+
+/// Without `APP_ENVIRONMENT` (nor `environment` in a config file) no service starts, nor
+/// migrates: each exits non-zero, before touching anything, saying the variable is not
+/// set. (A debug build would otherwise run as development: no TLS, no allow-list, /fault.)
+#[tokio::test]
+async fn every_service_refuses_to_start_without_app_environment() {
+    for service in ["gateway", "order", "inventory", "payment"] {
+        for args in [&[][..], &["migrate"][..]] {
+            if service == "gateway" && !args.is_empty() {
+                continue; // the gateway has no database to migrate
+            }
+            let child = Command::new(binary(service))
+                .args(args)
+                .env_clear()
+                .env("PATH", std::env::var("PATH").unwrap_or_default())
+                // Everything else a development start needs: only the variable is missing.
+                .env("APP_HTTP__PORT", "0")
+                .env("APP_GRPC__PORT", "0")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let pid = child.id().to_string();
+            // The deadline measures nothing: it only turns a service that starts (and
+            // serves on) into a failure instead of a hung test.
+            let waited = tokio::time::timeout(
+                Duration::from_secs(60),
+                tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()),
+            )
+            .await;
+            let Ok(out) = waited else {
+                let _ = Command::new("kill").args(["-KILL", &pid]).status();
+                panic!("{service} {args:?} runs without APP_ENVIRONMENT");
+            };
+            let out = out.unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{service} {args:?} started without APP_ENVIRONMENT:\n{stderr}");
+            assert!(stderr.contains("APP_ENVIRONMENT is not set"), "{service} {args:?}: {stderr}");
+            assert!(!stderr.contains("panicked"), "{stderr}");
+        }
+    }
 }

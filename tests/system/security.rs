@@ -533,12 +533,14 @@ fn assert_limited(status: StatusCode, headers: &reqwest::header::HeaderMap, what
     assert!(retry_after > 60, "{what}: Retry-After {retry_after}, the bucket refills hourly");
 }
 
-/// The gateway binary with nothing but `env` (and PATH), its stdout and stderr captured.
+/// The gateway binary with nothing but `env` (and PATH, and `APP_ENVIRONMENT=development`
+/// unless `env` sets it), its stdout and stderr captured.
 fn spawn_gateway(env: &[(&str, &str)]) -> std::process::Child {
     let mut command = std::process::Command::new(system_tests::processes::binary("gateway"));
     command
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("APP_ENVIRONMENT", "development")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     for (key, value) in env {
@@ -626,7 +628,7 @@ async fn the_gateway_refuses_every_unsafe_setting_in_production_and_accepts_it_i
             client.url = client.url.replace("https://", "http://");
         }
     };
-    let refused: [(&str, Tweak, &[&str]); 7] = [
+    let refused: [(&str, Tweak, &[&str]); 9] = [
         (
             "the development secret",
             &|s| s.auth.jwt_secret = Some(DEV_ONLY_INSECURE_JWT_SECRET.into()),
@@ -656,6 +658,16 @@ async fn the_gateway_refuses_every_unsafe_setting_in_production_and_accepts_it_i
             },
             &["tls", "APP_ENVIRONMENT"],
         ),
+        (
+            "rate limits off",
+            &|s| s.rate_limit.enabled = false,
+            &["rate_limit.enabled is refused", "APP_ENVIRONMENT"],
+        ),
+        (
+            "a leeway over five minutes",
+            &|s| s.auth.leeway_secs = gateway::config::MAX_LEEWAY_SECS + 1,
+            &["auth.leeway_secs is refused", "APP_ENVIRONMENT", "300 s"],
+        ),
     ];
     for (what, tweak, names) in refused {
         let err =
@@ -667,8 +679,9 @@ async fn the_gateway_refuses_every_unsafe_setting_in_production_and_accepts_it_i
         assert!(!message.contains(DEV_ONLY_INSECURE_JWT_SECRET) && !message.contains(short), "{message}");
         assert!(build(Environment::Development, tweak).await.is_ok(), "{what} is fine in development");
     }
-    let accepted: [(&str, Tweak); 2] = [
+    let accepted: [(&str, Tweak); 3] = [
         ("a strong secret", &|s| s.auth.jwt_secret = Some(strong.into())),
+        ("a leeway of five minutes", &|s| s.auth.leeway_secs = gateway::config::MAX_LEEWAY_SECS),
         ("RS256 only", &|s| {
             s.auth.jwt_secret = None;
             s.auth.jwks_json = Some(RS256_JWKS.into());
@@ -1056,6 +1069,166 @@ async fn a_backend_refuses_tls_off_fault_injection_and_a_plaintext_kafka_in_prod
         );
     }
     assert!(inventory::startup::Application::build(safe).await.is_ok(), "production, TLS on, no faults");
+}
+
+/// A backend's settings one test hook or weak setting away from production-safe.
+type BackendTweak<S> = (&'static str, Box<dyn Fn(&mut S)>);
+
+/// The tweaks every backend shares (the `HostSettings` fields and the outbox relay), each
+/// with the setting production must name when it refuses it.
+macro_rules! host_tweaks {
+    ($settings:ty) => {{
+        use sagaworks_config::KafkaSecurity;
+        let protocol = "kafka.properties.\"security.protocol\"";
+        let property = |key: &str, value: &str| (key.to_string(), value.to_string());
+        let tweaks: Vec<BackendTweak<$settings>> = vec![
+            ("tls", Box::new(|s| s.tls = Default::default())),
+            ("fault.enabled", Box::new(|s| s.fault.enabled = true)),
+            (
+                "outbox.crash_point",
+                Box::new(|s| s.outbox.crash_point = sagaworks_outbox::RelayCrashPoint::AfterProduce),
+            ),
+            ("kafka.security_protocol", Box::new(|s| s.kafka.security_protocol = KafkaSecurity::Plaintext)),
+            (
+                "kafka.security_protocol",
+                Box::new(move |s| {
+                    s.kafka.properties.extend([property("security.protocol", "SASL_PLAINTEXT")])
+                }),
+            ),
+            ("kafka.sasl_password", Box::new(|s| s.kafka.sasl_password.clear())),
+            (
+                protocol,
+                Box::new(move |s| {
+                    s.kafka.security_protocol = KafkaSecurity::Plaintext;
+                    s.kafka.properties.extend([property("security.protocol", "SASL_SSL")]);
+                }),
+            ),
+            (protocol, Box::new(move |s| s.kafka.properties.extend([property("security.protocol", "SSL")]))),
+            (
+                "kafka.sasl_password",
+                Box::new(|s| s.kafka.sasl_password = "dev-only-order-kafka-password".into()),
+            ),
+            (
+                "database.url",
+                Box::new(|s| {
+                    s.database.url = "postgres://svc:inventory-dev-password@db:5432/sagaworks".into()
+                }),
+            ),
+            (
+                "database.owner_url",
+                Box::new(|s| {
+                    s.database.owner_url = "postgres://owner:dev-only-payment-owner-password@db/x".into()
+                }),
+            ),
+        ];
+        tweaks
+    }};
+}
+
+/// A backend's production-safe settings: TLS on, its own Kafka user over SASL_SSL,
+/// passwords of its own.
+trait ProductionSafe {
+    fn production_safe(service: &str) -> Self;
+}
+
+macro_rules! impl_production_safe {
+    ($($settings:ty),*) => {$(
+        impl ProductionSafe for $settings {
+            fn production_safe(service: &str) -> Self {
+                let mut s = Self::default();
+                s.environment = sagaworks_config::Environment::Production;
+                s.tls = sagaworks_test_support::certs::tls(service);
+                s.kafka.security_protocol = sagaworks_config::KafkaSecurity::SaslSsl;
+                s.kafka.sasl_username = service.into();
+                s.kafka.sasl_password = "this-deployments-own-kafka-password".into();
+                s.database.url = format!("postgres://{service}_svc:its-own-password@db:5432/sagaworks_{service}");
+                s.database.owner_url = format!("postgres://{service}_svc_owner:its-own-too@db:5432/sagaworks_{service}");
+                s
+            }
+        }
+    )*};
+}
+impl_production_safe!(order::config::Settings, inventory::config::Settings, payment::config::Settings);
+
+/// Each tweak of `tweaks` on `safe`: refused in production by the host's check (what
+/// `ServiceHost::build` runs first) with an error naming the setting, taken in development.
+fn assert_each_refused<S: Clone>(
+    service: &str,
+    safe: &S,
+    tweaks: Vec<BackendTweak<S>>,
+    check: impl Fn(&S) -> Result<(), sagaworks_config::Unsafe>,
+    develop: impl Fn(&mut S),
+) {
+    assert_eq!(check(safe), Ok(()), "{service}: the safe settings");
+    for (setting, tweak) in tweaks {
+        let mut settings = safe.clone();
+        tweak(&mut settings);
+        let err = check(&settings).expect_err(&format!("{service}: {setting} accepted in production"));
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("{setting} is refused")) && message.contains("APP_ENVIRONMENT"),
+            "{service}, {setting}: {message}"
+        );
+        develop(&mut settings);
+        assert_eq!(check(&settings), Ok(()), "{service}: {setting} is fine in development");
+    }
+}
+
+/// Production refuses every test hook and weak setting of every backend, naming it: TLS
+/// off, `/fault`, the outbox's, the consumer's and the saga's crash points and faults,
+/// a plaintext Kafka (also through `properties."security.protocol"`), SASL without the
+/// service's user (also through the properties), `ssl` without a client certificate, a
+/// committed development password for Kafka or the database. (The gateway's are in the
+/// test above; an inventory built for real in the one below.) Then the payment binary,
+/// started in production with its outbox crash point, exits non-zero naming it.
+#[tokio::test]
+async fn every_backend_refuses_each_test_hook_and_weak_setting_in_production() {
+    use sagaworks_config::Environment::Development;
+    use sagaworks_outbox::ConsumerCrashPoint;
+
+    let safe = order::config::Settings::production_safe("order");
+    let mut tweaks = host_tweaks!(order::config::Settings);
+    tweaks.push((
+        "consumer.crash_point",
+        Box::new(|s| s.consumer.crash_point = ConsumerCrashPoint::BeforeOffsetCommit),
+    ));
+    tweaks.push(("saga.crash_point", Box::new(|s| s.saga.crash_point = "after_call:charge_payment".into())));
+    tweaks.push(("saga.faults", Box::new(|s| s.saga.faults = "fail:charge_payment".into())));
+    assert_each_refused("order", &safe, tweaks, |s| s.host().check(), |s| s.environment = Development);
+
+    let safe = inventory::config::Settings::production_safe("inventory");
+    let mut tweaks = host_tweaks!(inventory::config::Settings);
+    tweaks.push((
+        "consumer.crash_point",
+        Box::new(|s| s.consumer.crash_point = ConsumerCrashPoint::BeforeOffsetCommit),
+    ));
+    assert_each_refused("inventory", &safe, tweaks, |s| s.host().check(), |s| s.environment = Development);
+
+    let safe = payment::config::Settings::production_safe("payment");
+    let tweaks = host_tweaks!(payment::config::Settings);
+    assert_each_refused("payment", &safe, tweaks, |s| s.host().check(), |s| s.environment = Development);
+
+    // The binary: the check runs before it touches its database or the broker.
+    let tls = sagaworks_test_support::certs::tls("payment");
+    let out = std::process::Command::new(system_tests::processes::binary("payment"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("APP_ENVIRONMENT", "production")
+        .env("APP_TLS__CA_FILE", &tls.ca_file)
+        .env("APP_TLS__CERT_FILE", &tls.cert_file)
+        .env("APP_TLS__KEY_FILE", &tls.key_file)
+        .env("APP_KAFKA__SECURITY_PROTOCOL", "sasl_ssl")
+        .env("APP_KAFKA__SASL_USERNAME", "payment")
+        .env("APP_KAFKA__SASL_PASSWORD", "this-deployments-own-kafka-password")
+        .env("APP_OUTBOX__CRASH_POINT", "after_produce")
+        .output()
+        .expect("the payment binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "payment started in production with a crash point:\n{stderr}");
+    assert!(
+        stderr.contains("outbox.crash_point is refused") && stderr.contains("APP_ENVIRONMENT"),
+        "{stderr}"
+    );
 }
 
 /// The public edge bounds what one client can hold: a connection that does not finish

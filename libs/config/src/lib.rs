@@ -22,6 +22,9 @@ pub const CONFIG_FILE_ENV: &str = "APP_CONFIG_FILE";
 pub const ENV_PREFIX: &str = "APP";
 /// Separator between nested keys in override variables.
 pub const ENV_SEPARATOR: &str = "__";
+/// The variable that says where a service runs ([`Environment`]); a service refuses to
+/// start without it ([`load_service`]).
+pub const ENVIRONMENT_ENV: &str = "APP_ENVIRONMENT";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -29,6 +32,12 @@ pub enum ConfigError {
     MissingFile { path: String },
     #[error("invalid configuration: {0}")]
     Invalid(#[from] config::ConfigError),
+    #[error(
+        "APP_ENVIRONMENT is not set: a service starts only when told where it runs; set \
+         APP_ENVIRONMENT=production (TLS, allow-lists, no test hooks) or APP_ENVIRONMENT=development \
+         (a developer's machine), or `environment` in the APP_CONFIG_FILE"
+    )]
+    EnvironmentUnset,
 }
 
 /// Loads `T` from its defaults, the file named by `APP_CONFIG_FILE` (if set) and
@@ -39,6 +48,39 @@ where
 {
     let file = std::env::var(CONFIG_FILE_ENV).ok();
     load_from(file.as_deref().map(Path::new))
+}
+
+/// Like [`load`], for a service: refuses ([`ConfigError::EnvironmentUnset`]) when
+/// neither `APP_ENVIRONMENT` nor the file sets `environment`, so no service falls back
+/// on a default (a debug build's `development`: no TLS, no allow-list, `/fault`) by
+/// omission.
+pub fn load_service<T>() -> Result<T, ConfigError>
+where
+    T: DeserializeOwned + Serialize + Default,
+{
+    let file = std::env::var(CONFIG_FILE_ENV).ok();
+    load_service_from(file.as_deref().map(Path::new))
+}
+
+/// Like [`load_service`] with an explicit file (which must exist when given).
+pub fn load_service_from<T>(file: Option<&Path>) -> Result<T, ConfigError>
+where
+    T: DeserializeOwned + Serialize + Default,
+{
+    let in_env = std::env::var(ENVIRONMENT_ENV).is_ok_and(|v| !v.trim().is_empty());
+    if !in_env && !file_sets_environment(file)? {
+        return Err(ConfigError::EnvironmentUnset);
+    }
+    load_from(file)
+}
+
+/// Whether `file` (TOML) sets `environment`.
+fn file_sets_environment(file: Option<&Path>) -> Result<bool, ConfigError> {
+    let Some(path) = file.filter(|p| p.exists()) else { return Ok(false) };
+    let only_the_file = config::Config::builder()
+        .add_source(config::File::from(path).format(config::FileFormat::Toml))
+        .build()?;
+    Ok(only_the_file.get_string("environment").is_ok_and(|v| !v.trim().is_empty()))
 }
 
 /// Like [`load`] with an explicit file (which must exist when given).
@@ -64,11 +106,12 @@ where
 
 /// Where a service runs (`environment`, `APP_ENVIRONMENT`). In `production` a service
 /// refuses, at start-up, every setting that is only safe on a developer's machine (TLS
-/// off, fault injection, the development JWT secret, ...; docs/security.md lists them).
+/// off, fault injection, test hooks, the development JWT secret, ...; docs/security.md
+/// lists them).
 ///
-/// The default is `development` in a debug build and `production` in a release build,
-/// so the release images are strict unless told otherwise; `scripts/dev-up` and the
-/// compose file, which run release builds locally, set `development`.
+/// A service binary requires it to be set ([`load_service`]); the default, `development`
+/// in a debug build and `production` in a release build, is what settings built in
+/// code (tests) start from.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Environment {
@@ -95,23 +138,61 @@ impl std::fmt::Display for Environment {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{setting} is refused with environment = production (APP_ENVIRONMENT): {why}")]
 pub struct Unsafe {
-    /// The setting, as its config key (`tls.cert_file`, `fault.enabled`).
-    pub setting: &'static str,
+    /// The setting, as its config key (`tls.cert_file`, `fault.enabled`, `saga.crash_point`).
+    pub setting: String,
     pub why: &'static str,
 }
 
+/// One thing production refuses: (unsafe?, setting, why), for [`Environment::refuse`].
+pub type Check<'a> = (bool, &'a str, &'static str);
+
 impl Environment {
     /// `Err(Unsafe)` for the first of `checks` whose condition holds, in production;
-    /// always `Ok` in development. `checks`: (unsafe?, setting, why).
-    pub fn refuse(self, checks: &[(bool, &'static str, &'static str)]) -> Result<(), Unsafe> {
+    /// always `Ok` in development.
+    pub fn refuse(self, checks: &[Check<'_>]) -> Result<(), Unsafe> {
         if self == Self::Development {
             return Ok(());
         }
         match checks.iter().find(|(bad, ..)| *bad) {
-            Some((_, setting, why)) => Err(Unsafe { setting, why }),
+            Some((_, setting, why)) => Err(Unsafe { setting: (*setting).to_owned(), why }),
             None => Ok(()),
         }
     }
+}
+
+/// Why production refuses a committed development password.
+const DEVELOPMENT_PASSWORD: &str = "it is a development password committed to the repository \
+     (docker-compose.yml's defaults, the k8s dev overlay, the scripts), so anyone who read it can \
+     log in; set a password of this deployment's own";
+
+/// Whether `password` is one of the development passwords the repository commits:
+/// docker-compose.yml's defaults (`order-dev-password`, `postgres-dev-password`, ...),
+/// the k8s dev overlay's and its infrastructure's (`dev-only-order-password`,
+/// `dev-only-order-kafka-password`, `dev-only-grafana-admin-password`, ...), the ones
+/// `scripts/new-service` writes for a new service (the same patterns with its name), and
+/// `scripts/validate-deploy`'s placeholders. Production refuses each of them.
+pub fn is_development_password(password: &str) -> bool {
+    let p = password.trim().to_ascii_lowercase();
+    p.starts_with("dev-only-") || p.ends_with("-dev-password") || p.ends_with("-validate-deploy-placeholder")
+}
+
+/// The password in `url`: its user info's (`user:password@`), else a `password=` query
+/// parameter; `None` without one.
+pub fn url_password(url: &str) -> Option<&str> {
+    if let Some(scheme_end) = url.find("://") {
+        let rest = &url[scheme_end + 3..];
+        let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+        if let Some((user_info, _)) = authority.rsplit_once('@')
+            && let Some((_, password)) = user_info.split_once(':')
+        {
+            return Some(password);
+        }
+    }
+    let (_, query) = url.split_once('?')?;
+    query.split('&').find_map(|p| match p.split_once('=') {
+        Some((k, v)) if k.eq_ignore_ascii_case("password") => Some(v),
+        _ => None,
+    })
 }
 
 /// What a secret shows as in `Debug` (settings are logged at start-up).
@@ -194,6 +275,18 @@ impl std::fmt::Debug for DatabaseSettings {
     }
 }
 
+impl DatabaseSettings {
+    /// What production refuses here: a committed development password in `url` or
+    /// `owner_url` ([`is_development_password`]).
+    pub fn production_checks(&self) -> Vec<Check<'static>> {
+        let development = |url: &str| url_password(url).is_some_and(is_development_password);
+        vec![
+            (development(&self.url), "database.url", DEVELOPMENT_PASSWORD),
+            (development(&self.owner_url), "database.owner_url", DEVELOPMENT_PASSWORD),
+        ]
+    }
+}
+
 impl Default for DatabaseSettings {
     fn default() -> Self {
         Self {
@@ -242,13 +335,80 @@ pub enum KafkaSecurity {
 }
 
 impl KafkaSettings {
-    /// Whether the connection is encrypted: `security_protocol = sasl_ssl`, or an extra
-    /// `security.protocol` property of `ssl` or `sasl_ssl` (which wins over the field).
-    pub fn is_encrypted(&self) -> bool {
-        match self.properties.iter().find(|(k, _)| k.eq_ignore_ascii_case("security.protocol")) {
-            Some((_, v)) => v.eq_ignore_ascii_case("ssl") || v.eq_ignore_ascii_case("sasl_ssl"),
-            None => self.security_protocol == KafkaSecurity::SaslSsl,
+    /// The extra property `key` (librdkafka's names are case-insensitive here), if set.
+    pub fn property(&self, key: &str) -> Option<&str> {
+        self.properties.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v.as_str())
+    }
+
+    /// The protocol in effect, lower case: an extra `security.protocol` property wins over
+    /// `security_protocol` (`plaintext`, `ssl`, `sasl_plaintext`, `sasl_ssl`).
+    pub fn protocol(&self) -> String {
+        match self.property("security.protocol") {
+            Some(p) => p.trim().to_ascii_lowercase(),
+            None if self.security_protocol == KafkaSecurity::SaslSsl => "sasl_ssl".into(),
+            None => "plaintext".into(),
         }
+    }
+
+    /// Whether the connection is encrypted: [`protocol`](Self::protocol) `ssl` or `sasl_ssl`.
+    pub fn is_encrypted(&self) -> bool {
+        matches!(self.protocol().as_str(), "ssl" | "sasl_ssl")
+    }
+
+    /// The SASL user and password in effect: the `sasl.username` and `sasl.password`
+    /// properties, which win over `sasl_username` and `sasl_password` (applied with
+    /// `security_protocol = sasl_ssl` only). Empty ones count as missing.
+    fn sasl_credentials(&self) -> (Option<&str>, Option<&str>) {
+        let fields = self.security_protocol == KafkaSecurity::SaslSsl;
+        let user = self.property("sasl.username").or(fields.then_some(self.sasl_username.as_str()));
+        let password = self.property("sasl.password").or(fields.then_some(self.sasl_password.as_str()));
+        (user.filter(|u| !u.is_empty()), password.filter(|p| !p.is_empty()))
+    }
+
+    /// Whether a client certificate is configured in the extra properties (PEM files,
+    /// inline PEM, or a PKCS#12 keystore), as `ssl` without SASL needs.
+    fn has_client_certificate(&self) -> bool {
+        let set = |key: &str| self.property(key).is_some_and(|v| !v.trim().is_empty());
+        (set("ssl.certificate.location") && set("ssl.key.location"))
+            || (set("ssl.certificate.pem") && set("ssl.key.pem"))
+            || set("ssl.keystore.location")
+    }
+
+    /// What production refuses here: a plaintext connection; SASL over TLS without the
+    /// service's own user and password, whether `security_protocol` or the
+    /// `security.protocol` property asks for it; `ssl` without SASL and without a client
+    /// certificate (the broker would not know who connects); a committed development
+    /// password ([`is_development_password`]).
+    pub fn production_checks(&self) -> Vec<Check<'static>> {
+        let protocol = self.protocol();
+        let from_properties = self.property("security.protocol").is_some();
+        let (user, password) = self.sasl_credentials();
+        let anonymous = protocol == "sasl_ssl" && (user.is_none() || password.is_none());
+        let development =
+            password.is_some_and(is_development_password) || is_development_password(&self.sasl_password);
+        vec![
+            (
+                !self.is_encrypted(),
+                "kafka.security_protocol",
+                "plaintext Kafka lets anyone who reaches a broker read every event and forge any, past the consumers' source check; set sasl_ssl",
+            ),
+            (
+                anonymous && !from_properties,
+                "kafka.sasl_password",
+                "sasl_ssl needs the service's own user: set kafka.sasl_username and kafka.sasl_password",
+            ),
+            (
+                anonymous && from_properties,
+                "kafka.properties.\"security.protocol\"",
+                "SASL_SSL needs the service's own user: set sasl.username and sasl.password among kafka.properties, or kafka.sasl_username and kafka.sasl_password with security_protocol = sasl_ssl",
+            ),
+            (
+                protocol == "ssl" && !self.has_client_certificate(),
+                "kafka.properties.\"security.protocol\"",
+                "ssl without SASL authenticates the service only by a client certificate, and none is set: set ssl.certificate.location and ssl.key.location (or ssl.keystore.location) among kafka.properties, or use sasl_ssl",
+            ),
+            (development, "kafka.sasl_password", DEVELOPMENT_PASSWORD),
+        ]
     }
 
     /// The librdkafka properties of `security_protocol` and the SASL and TLS settings;
@@ -375,6 +535,178 @@ mod tests {
         assert!(shown.contains("SASL_SSL"), "other properties stay readable: {shown}");
     }
 
+    /// The setting production refuses first among `checks`, if any.
+    fn refused(checks: &[Check<'_>]) -> Option<String> {
+        Environment::Production.refuse(checks).err().map(|e| e.setting)
+    }
+
+    #[test]
+    fn kafka_in_production_needs_tls_and_a_user_however_the_protocol_is_set() {
+        let sasl = KafkaSettings {
+            security_protocol: KafkaSecurity::SaslSsl,
+            sasl_username: "order".into(),
+            sasl_password: "a-password-of-its-own".into(),
+            ..Default::default()
+        };
+        let props = |pairs: &[(&str, &str)]| KafkaSettings {
+            properties: pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..Default::default()
+        };
+        let protocol = "kafka.properties.\"security.protocol\"";
+        let cases: Vec<(&str, KafkaSettings, Option<&str>)> = vec![
+            ("sasl_ssl with its user", sasl.clone(), None),
+            ("plaintext", KafkaSettings::default(), Some("kafka.security_protocol")),
+            (
+                "sasl_plaintext property",
+                props(&[("security.protocol", "SASL_PLAINTEXT")]),
+                Some("kafka.security_protocol"),
+            ),
+            (
+                "no password",
+                KafkaSettings { sasl_password: String::new(), ..sasl.clone() },
+                Some("kafka.sasl_password"),
+            ),
+            ("SASL_SSL property, no user", props(&[("security.protocol", "SASL_SSL")]), Some(protocol)),
+            (
+                "SASL_SSL property, a user in the properties",
+                props(&[
+                    ("security.protocol", "sasl_ssl"),
+                    ("sasl.username", "order"),
+                    ("sasl.password", "p-own"),
+                ]),
+                None,
+            ),
+            (
+                "SASL_SSL property, the fields' user",
+                KafkaSettings {
+                    properties: props(&[("Security.Protocol", "SASL_SSL")]).properties,
+                    ..sasl.clone()
+                },
+                None,
+            ),
+            ("ssl, no client certificate", props(&[("security.protocol", "ssl")]), Some(protocol)),
+            (
+                "ssl, a key but no certificate",
+                props(&[("security.protocol", "SSL"), ("ssl.key.location", "/k.pem")]),
+                Some(protocol),
+            ),
+            (
+                "ssl with a client certificate",
+                props(&[
+                    ("security.protocol", "ssl"),
+                    ("ssl.certificate.location", "/c.pem"),
+                    ("ssl.key.location", "/k.pem"),
+                ]),
+                None,
+            ),
+            (
+                "ssl with a keystore",
+                props(&[("security.protocol", "ssl"), ("ssl.keystore.location", "/ks.p12")]),
+                None,
+            ),
+            (
+                "the dev overlay's password",
+                KafkaSettings { sasl_password: "dev-only-order-kafka-password".into(), ..sasl.clone() },
+                Some("kafka.sasl_password"),
+            ),
+            (
+                "a development password in the properties",
+                KafkaSettings {
+                    properties: props(&[("sasl.password", "dev-only-kafka-admin-password")]).properties,
+                    ..sasl.clone()
+                },
+                Some("kafka.sasl_password"),
+            ),
+        ];
+        for (what, kafka, expected) in cases {
+            let checks = kafka.production_checks();
+            assert_eq!(refused(&checks).as_deref(), expected, "{what}");
+            assert_eq!(Environment::Development.refuse(&checks), Ok(()), "{what}: development takes it");
+        }
+    }
+
+    #[test]
+    fn url_passwords_are_found_in_the_user_info_or_the_query() {
+        assert_eq!(url_password("postgres://u:pw@h:5432/db"), Some("pw"));
+        assert_eq!(url_password("postgres://u:p:w@h/db?sslmode=require"), Some("p:w"));
+        assert_eq!(url_password("postgres://u@h/db?sslmode=require&password=q"), Some("q"));
+        assert_eq!(url_password("postgres://u@h/db"), None);
+        assert_eq!(url_password("postgres://h/db?user=u"), None);
+        let db = |url: &str| DatabaseSettings { url: url.into(), ..Default::default() };
+        assert_eq!(
+            refused(&db("postgres://order_svc:order-dev-password@h/db").production_checks()).as_deref(),
+            Some("database.url")
+        );
+        assert_eq!(refused(&db("postgres://order_svc:a-real-one@h/db").production_checks()), None);
+        let owner = DatabaseSettings {
+            owner_url: "postgres://o@h/db?password=dev-only-order-owner-password".into(),
+            ..db("postgres://order_svc@h/db")
+        };
+        assert_eq!(refused(&owner.production_checks()).as_deref(), Some("database.owner_url"));
+    }
+
+    /// Every password the repository commits for development (docker-compose.yml's
+    /// defaults, the k8s dev overlay and its infrastructure, deploy/README.md's Grafana
+    /// one) is one [`is_development_password`] knows, read from the files themselves.
+    #[test]
+    fn every_committed_development_password_is_refused() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut files = vec![root.join("docker-compose.yml")];
+        let mut dirs = vec![root.join("k8s/overlays/dev")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() { dirs.push(path) } else { files.push(path) }
+            }
+        }
+        let value_end =
+            |s: &str| s.find(|c: char| c.is_whitespace() || "}\"'@$,".contains(c)).unwrap_or(s.len());
+        let mut found = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            for marker in ["PASSWORD:-", "password=", "PASSWORD: "] {
+                for (at, _) in text.match_indices(marker) {
+                    let rest = &text[at + marker.len()..];
+                    let value = &rest[..value_end(rest)];
+                    if !value.is_empty() {
+                        found.push(value.to_owned());
+                    }
+                }
+            }
+            for line in text.lines().filter(|l| l.contains("postgres://")) {
+                if let Some(at) = line.find("postgres://") {
+                    let url = &line[at..];
+                    if let Some(password) =
+                        url_password(&url[..url.find(char::is_whitespace).unwrap_or(url.len())])
+                    {
+                        found.push(password.to_owned());
+                    }
+                }
+            }
+        }
+        // Placeholders in comments (`<password>`) and variables are no passwords.
+        found.retain(|p| !p.starts_with(['$', '<']) && !p.is_empty());
+        found.sort();
+        found.dedup();
+        for expected in [
+            "postgres-dev-password",
+            "order-owner-dev-password",
+            "dev-only-grafana-admin-password",
+            "dev-only-payment-owner-password",
+            "dev-only-inventory-kafka-password",
+            "dev-only-kafka-admin-password",
+            "dev-only-postgres-superuser-password",
+        ] {
+            assert!(found.iter().any(|p| p == expected), "{expected} not found in the files: {found:?}");
+        }
+        for password in &found {
+            assert!(is_development_password(password), "{password} is committed but not refused");
+        }
+        for own in ["s3cr3t-of-this-deployment", "dev-only", "password", "order-dev-passwords"] {
+            assert!(!is_development_password(own), "{own}");
+        }
+    }
+
     #[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
     #[serde(default)]
     struct Sample {
@@ -414,6 +746,22 @@ mod tests {
         assert_eq!(s.http.port, 7001, "env beats the file");
         assert_eq!(s.database.url, "postgres://x@h/db");
         assert_eq!(s.database.max_connections, 3);
+
+        // A service needs `environment` from APP_ENVIRONMENT or the file.
+        unsafe { std::env::remove_var(ENVIRONMENT_ENV) };
+        let err = load_service_from::<Sample>(Some(&file)).unwrap_err();
+        assert!(matches!(err, ConfigError::EnvironmentUnset), "{err}");
+        assert!(err.to_string().starts_with("APP_ENVIRONMENT is not set"), "{err}");
+        unsafe { std::env::set_var(ENVIRONMENT_ENV, " ") };
+        assert!(matches!(load_service_from::<Sample>(None), Err(ConfigError::EnvironmentUnset)), "blank");
+        unsafe { std::env::set_var(ENVIRONMENT_ENV, "development") };
+        let s: Sample = load_service_from(Some(&file)).unwrap();
+        unsafe { std::env::remove_var(ENVIRONMENT_ENV) };
+        assert_eq!(s.name, "from-file");
+        let with_environment = dir.join("env.toml");
+        std::fs::write(&with_environment, "environment = \"production\"\nname = \"prod\"\n").unwrap();
+        let s: Sample = load_service_from(Some(&with_environment)).unwrap();
+        assert_eq!(s.name, "prod", "the file's environment is as good as the variable");
 
         let err = load_from::<Sample>(Some(&dir.join("nope.toml"))).unwrap_err();
         assert!(matches!(err, ConfigError::MissingFile { .. }), "{err}");

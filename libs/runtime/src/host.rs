@@ -5,12 +5,14 @@
 //! tasks (outbox relay, consumers, saga workers). All of them stop on the
 //! same shutdown token; the first one to fail stops the rest.
 //! `fault.enabled` turns on fault injection (tests only, see [`crate::fault`]).
+//! In production the host refuses to build with any test hook on or any setting only
+//! safe on a developer's machine ([`HostSettings::check`]).
 
 use crate::db::{self, DbError};
 use crate::fault::{FaultInjector, FaultSettings};
 use crate::health::{DbCheck, Readiness};
 use futures::future::BoxFuture;
-use sagaworks_config::{DatabaseSettings, Environment, KafkaSecurity, KafkaSettings, ListenSettings};
+use sagaworks_config::{DatabaseSettings, Environment, KafkaSettings, ListenSettings, Unsafe};
 use sagaworks_mtls::{Identity, Policy, TlsSettings};
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
@@ -41,9 +43,18 @@ pub enum HostError {
     Task { name: &'static str, source: TaskError },
 }
 
+/// Settings that hold test-only hooks (crash points, injected faults), which production
+/// refuses: the libraries' settings implement it, and a service lists the fields that
+/// hold them in [`host_settings!`](crate::host_settings).
+pub trait TestHooks {
+    /// The hooks switched on: each one's key below the settings (`crash_point`) and why
+    /// production refuses it.
+    fn hooks_on(&self) -> Vec<(&'static str, &'static str)>;
+}
+
 /// The settings [`ServiceHost::build`] reads, borrowed from a service's own
 /// ([`host_settings!`](crate::host_settings) writes the borrowing).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct HostSettings<'a> {
     pub environment: Environment,
     pub database: &'a DatabaseSettings,
@@ -54,16 +65,52 @@ pub struct HostSettings<'a> {
     /// Only checked here (production refuses plaintext); the relay and the consumers
     /// connect with it.
     pub kafka: &'a KafkaSettings,
+    /// The service's test hooks that are on ([`TestHooks`]), each as its full key
+    /// (`saga.crash_point`) and why production refuses it.
+    pub test_hooks: Vec<(String, &'static str)>,
+}
+
+impl HostSettings<'_> {
+    /// `Err` naming the first setting that `environment` refuses: in production TLS
+    /// off, fault injection, any test hook, a plaintext or anonymous Kafka, a committed
+    /// development password; in development nothing.
+    pub fn check(&self) -> Result<(), Unsafe> {
+        let mut checks = vec![
+            (
+                !self.tls.enabled(),
+                "tls",
+                "the gRPC port would be plaintext and admit any caller; set tls.ca_file, tls.cert_file and tls.key_file",
+            ),
+            (
+                self.fault.enabled,
+                "fault.enabled",
+                "/fault lets anyone who reaches the HTTP port fail or slow down every gRPC call",
+            ),
+        ];
+        checks.extend(self.test_hooks.iter().map(|(key, why)| (true, key.as_str(), *why)));
+        checks.extend(self.kafka.production_checks());
+        checks.extend(self.database.production_checks());
+        self.environment.refuse(&checks)
+    }
 }
 
 /// `impl $settings { pub fn host(&self) -> HostSettings<'_> }`, for a service's settings
-/// struct that has the fields of [`HostSettings`] under the same names.
+/// struct that has the fields of [`HostSettings`] under the same names. `test_hooks:
+/// [outbox, consumer, saga]` names the fields whose settings hold test hooks
+/// ([`TestHooks`]), which production refuses: list every such field.
 #[macro_export]
 macro_rules! host_settings {
-    ($settings:ty) => {
+    ($settings:ty $(, test_hooks: [$($hooks:ident),* $(,)?])?) => {
         impl $settings {
             /// What the service host reads ([`ServiceHost::build`](sagaworks_runtime::host::ServiceHost::build)).
             pub fn host(&self) -> $crate::host::HostSettings<'_> {
+                #[allow(unused_mut)]
+                let mut test_hooks: Vec<(String, &'static str)> = Vec::new();
+                $($(
+                    for (key, why) in $crate::host::TestHooks::hooks_on(&self.$hooks) {
+                        test_hooks.push((format!("{}.{key}", stringify!($hooks)), why));
+                    }
+                )*)?
                 $crate::host::HostSettings {
                     environment: self.environment,
                     database: &self.database,
@@ -72,6 +119,7 @@ macro_rules! host_settings {
                     tls: &self.tls,
                     fault: &self.fault,
                     kafka: &self.kafka,
+                    test_hooks,
                 }
             }
         }
@@ -98,7 +146,7 @@ pub async fn migrate_only(
 }
 
 impl ServiceHost {
-    /// Refuses what `settings.environment` does not allow, loads the TLS identity
+    /// Refuses what `settings.environment` does not allow ([`HostSettings::check`]), loads the TLS identity
     /// (`tls`, see [`sagaworks_mtls`]), creates the pool, applies `migrators` (when
     /// `database.migrate`), binds both ports, and turns fault injection on when
     /// `fault.enabled` ([`crate::fault`]). `name` is the service's name in services.toml
@@ -108,13 +156,8 @@ impl ServiceHost {
         settings: HostSettings<'_>,
         mut migrators: Vec<Migrator>,
     ) -> Result<Self, HostError> {
-        let HostSettings { environment, database, grpc, http, tls, fault, kafka } = settings;
-        environment.refuse(&[
-            (!tls.enabled(), "tls", "the gRPC port would be plaintext and admit any caller; set tls.ca_file, tls.cert_file and tls.key_file"),
-            (fault.enabled, "fault.enabled", "/fault lets anyone who reaches the HTTP port fail or slow down every gRPC call"),
-            (!kafka.is_encrypted(), "kafka.security_protocol", "plaintext Kafka lets anyone who reaches a broker read every event and forge any, past the consumers' source check; set sasl_ssl"),
-            (kafka.security_protocol == KafkaSecurity::SaslSsl && (kafka.sasl_username.is_empty() || kafka.sasl_password.is_empty()), "kafka.sasl_password", "sasl_ssl needs the service's own user: set kafka.sasl_username and kafka.sasl_password"),
-        ])?;
+        settings.check()?;
+        let HostSettings { database, grpc, http, tls, fault, .. } = settings;
         // Before anything records a metric, so nothing recorded is lost.
         crate::metrics::handle();
         let identity = Identity::load(tls, name)?;

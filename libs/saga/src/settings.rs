@@ -1,5 +1,6 @@
 //! How an [`crate::Engine`] drives instances.
 
+use sagaworks_runtime::host::TestHooks;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -36,10 +37,11 @@ pub struct SagaSettings {
     /// Fault injection for tests, off (empty) by default: makes this replica
     /// stop dead at a point of a saga, as if the process had been killed
     /// there. `before:<step>`, `after_call:<step>` (the participant did the
-    /// work, nothing was recorded) or `after_commit:<step>`.
+    /// work, nothing was recorded) or `after_commit:<step>`. Production refuses it
+    /// ([`TestHooks`]).
     pub crash_point: String,
     /// More fault injection for tests, off (empty) by default; a comma
-    /// separated list (see `faults.rs`).
+    /// separated list (see `faults.rs`). Production refuses it ([`TestHooks`]).
     pub faults: String,
     /// Start even when the database holds unfinished instances of a version this
     /// binary does not register (they stay undrivable, left for an operator) or of a
@@ -70,5 +72,18 @@ impl Default for SagaSettings {
             force_start: false,
             start_version: 0,
         }
+    }
+}
+
+impl TestHooks for SagaSettings {
+    fn hooks_on(&self) -> Vec<(&'static str, &'static str)> {
+        let mut on = Vec::new();
+        if !self.crash_point.trim().is_empty() {
+            on.push(("crash_point", "a test-only hook that stops this replica dead in the middle of a saga"));
+        }
+        if !self.faults.trim().is_empty() {
+            on.push(("faults", "test-only fault injection that fails or stalls saga steps on purpose"));
+        }
+        on
     }
 }

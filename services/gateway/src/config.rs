@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
-    /// Where the gateway runs (APP_ENVIRONMENT): outside `development` it
+    /// Where the gateway runs (APP_ENVIRONMENT, required): outside `development` it
     /// refuses the development secret and other unsafe shortcuts at start-up.
     pub environment: Environment,
     /// Its certificate for mutual TLS to the services (`sagaworks_mtls`).
@@ -155,6 +155,11 @@ impl Default for ApiSettings {
 /// key at least as long as the hash output, 256 bits).
 pub const MIN_JWT_SECRET_BYTES: usize = 32;
 
+/// The most clock skew production takes in `auth.leeway_secs`: five minutes, the
+/// tolerance Kerberos and most identity providers use. More keeps an expired (or
+/// revoked, short-lived) token usable that much longer.
+pub const MAX_LEEWAY_SECS: u64 = 300;
+
 /// The HS256 secret used by `scripts/dev-up`, docker-compose and the tests.
 /// Anyone can mint tokens with it: never configure it outside development.
 pub const DEV_ONLY_INSECURE_JWT_SECRET: &str = "dev-only-insecure-jwt-secret";
@@ -193,7 +198,8 @@ pub struct AuthSettings {
     pub roles_claim: String,
     /// The entry of the roles claim that grants the admin endpoints.
     pub admin_role: String,
-    /// Clock skew tolerated on `exp` and `nbf`.
+    /// Clock skew tolerated on `exp` and `nbf`; production refuses more than
+    /// [`MAX_LEEWAY_SECS`] (an expired token would stay good that long).
     pub leeway_secs: u64,
 }
 

@@ -7,7 +7,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let settings: gateway::config::Settings = sagaworks_config::load()?;
+    // Refuses to start unless APP_ENVIRONMENT (or the file) says where it runs.
+    let settings: gateway::config::Settings = sagaworks_config::load_service()?;
     let telemetry = sagaworks_telemetry::init("gateway", env!("CARGO_PKG_VERSION"), &settings.telemetry)?;
     // Secrets show as [REDACTED] (see `config::AuthSettings`).
     tracing::info!(settings = ?settings, "gateway settings");

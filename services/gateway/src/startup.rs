@@ -105,11 +105,23 @@ impl Application {
         let listener = sagaworks_runtime::bind(&settings.http)
             .await
             .map_err(|source| StartupError::Bind { address: settings.http.address(), source })?;
-        settings.environment.refuse(&[(
-            !settings.tls.enabled(),
-            "tls",
-            "the calls to the services would be plaintext, and they would refuse them; set tls.ca_file, tls.cert_file and tls.key_file",
-        )])?;
+        settings.environment.refuse(&[
+            (
+                !settings.tls.enabled(),
+                "tls",
+                "the calls to the services would be plaintext, and they would refuse them; set tls.ca_file, tls.cert_file and tls.key_file",
+            ),
+            (
+                !settings.rate_limit.enabled,
+                "rate_limit.enabled",
+                "without rate limits one client can take the whole API (and guess at tokens and ids as fast as it likes)",
+            ),
+            (
+                settings.auth.leeway_secs > crate::config::MAX_LEEWAY_SECS,
+                "auth.leeway_secs",
+                "more than 300 s of clock skew keeps expired tokens good that much longer",
+            ),
+        ])?;
         let identity = sagaworks_mtls::Identity::load(&settings.tls, "gateway")?;
         let tls = identity.as_ref();
         let traced = ClientTraceLayer::new("gateway");

@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Settings {
-    /// Where it runs (`APP_ENVIRONMENT`): `production` refuses TLS off and `/fault`
-    /// (see `sagaworks_config::Environment`; default: production in a release build).
+    /// Where it runs (`APP_ENVIRONMENT`, required): `production` refuses TLS off, `/fault`,
+    /// every test hook and the weak settings `sagaworks_runtime::host::HostSettings::check`
+    /// lists (see `sagaworks_config::Environment`).
     pub environment: Environment,
     /// Its certificate for mutual TLS on gRPC, both ways (`sagaworks_mtls`).
     pub tls: TlsSettings,
@@ -23,7 +24,7 @@ pub struct Settings {
     pub telemetry: TelemetrySettings,
     /// The outbox relay (runs in this process unless `outbox.enabled = false`).
     pub outbox: RelaySettings,
-    /// Fault injection (`PUT /fault` on the HTTP port) for tests; off by default, never in production.
+    /// Fault injection (`PUT /fault` on the HTTP port) for tests; off by default, refused in production.
     pub fault: FaultSettings,
 }
 
@@ -46,4 +47,4 @@ impl Default for Settings {
     }
 }
 
-sagaworks_runtime::host_settings!(Settings);
+sagaworks_runtime::host_settings!(Settings, test_hooks: [outbox]);

@@ -1,10 +1,14 @@
 //! The command line (clap derive types). Every flag can go anywhere after the
-//! program name; `--api`, `--token`, `--json` and `--timeout-secs` apply to
-//! every subcommand. Run `sagaworks-admin help <command>` (or `--help`) for
+//! program name; `--api`, `--token`, `--token-file`, `--json` and `--timeout-secs`
+//! apply to every subcommand. Run `sagaworks-admin help <command>` (or `--help`) for
 //! each command's flags and examples.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use crate::client::Token;
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
+use std::ffi::OsString;
+use std::path::PathBuf;
 
 /// The after-text of the top-level `--help`: the exit codes.
 pub const EXIT_CODES: &str = "\
@@ -42,9 +46,21 @@ pub struct Cli {
     )]
     pub api: reqwest::Url,
 
-    /// Bearer token with the `admin` role (required).
+    /// Bearer token with the `admin` role (this, SAGAWORKS_TOKEN or --token-file is required).
+    /// On the command line it shows in `ps` and the shell's history: prefer the variable or
+    /// --token-file (a warning on stderr says so).
     #[arg(long, value_name = "TOKEN", env = "SAGAWORKS_TOKEN", hide_env_values = true, global = true, help_heading = GLOBAL)]
-    pub token: Option<String>,
+    pub token: Option<Token>,
+
+    /// Read the bearer token from this file (surrounding whitespace is dropped); wins over
+    /// SAGAWORKS_TOKEN.
+    #[arg(long, value_name = "PATH", global = true, help_heading = GLOBAL)]
+    pub token_file: Option<PathBuf>,
+
+    /// Whether `--token` was given on the command line (not through SAGAWORKS_TOKEN):
+    /// set by [`Cli::try_parse_args`].
+    #[arg(skip)]
+    pub token_on_command_line: bool,
 
     /// Print the API's JSON as it is (pretty), for scripts.
     #[arg(long, global = true, help_heading = GLOBAL)]
@@ -57,6 +73,48 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+impl Cli {
+    /// Parses `args` (the program name first), noting where the token came from.
+    pub fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let matches = Self::command().try_get_matches_from(args)?;
+        let mut cli = Self::from_arg_matches(&matches)?;
+        cli.token_on_command_line = matches.value_source("token") == Some(ValueSource::CommandLine);
+        Ok(cli)
+    }
+
+    /// This process's arguments, parsed; a usage error exits (2) as clap does.
+    pub fn parse_args() -> Self {
+        Self::try_parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// The bearer token: the contents of `--token-file` (trimmed) if given, else
+    /// `--token` or SAGAWORKS_TOKEN. `Err`: why there is none, for a usage error.
+    pub fn bearer_token(&self) -> Result<Token, String> {
+        const MISSING: &str = "a token is required: SAGAWORKS_TOKEN, --token-file PATH or --token TOKEN";
+        if let Some(path) = &self.token_file {
+            if self.token_on_command_line {
+                return Err("--token and --token-file: give one of them".into());
+            }
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read --token-file {}: {e}", path.display()))?;
+            let token = text.trim();
+            if token.is_empty() {
+                return Err(format!("--token-file {} is empty", path.display()));
+            }
+            return Ok(Token::from(token));
+        }
+        self.token.clone().filter(|t| !t.is_empty()).ok_or_else(|| MISSING.into())
+    }
+}
+
+/// What `--token` on the command line prints to stderr.
+pub const TOKEN_ON_COMMAND_LINE: &str = "warning: a token given with --token shows in the process list (ps) \
+     and the shell's history; set SAGAWORKS_TOKEN or use --token-file instead";
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -435,7 +493,6 @@ fn parse_json(s: &str) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn the_command_line_is_consistent() {
@@ -469,6 +526,43 @@ mod tests {
         assert!(parse(&["--reason", "r"]).is_err());
         assert!(parse(&["--id", "0-1", "--key", "k", "--reason", "r"]).is_err());
         assert!(parse(&["--id", "0-1", "--reason", " "]).is_err());
+    }
+
+    #[test]
+    fn the_token_is_redacted_in_debug_and_its_source_is_noted() {
+        let secret = "eyJ.secret-admin-token.sig";
+        let cli = Cli::try_parse_args(["sagaworks-admin", "--token", secret, "dlq", "topics"]).unwrap();
+        assert!(cli.token_on_command_line);
+        assert_eq!(cli.bearer_token().unwrap().expose(), secret);
+        let shown = format!("{cli:?} {cli:#?}");
+        assert!(!shown.contains(secret) && shown.contains("[REDACTED]"), "{shown}");
+        let cli = Cli::try_parse_args(["sagaworks-admin", "dlq", "topics", "--token", secret]).unwrap();
+        assert!(cli.token_on_command_line, "a global flag after the subcommand");
+    }
+
+    #[test]
+    fn a_token_file_is_read_trimmed_and_refused_when_missing_or_empty() {
+        let dir = std::env::temp_dir().join(format!("sw-admin-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "  eyJ.from-a-file.sig\n").unwrap();
+        let parse = |args: &[&str]| {
+            Cli::try_parse_args([&["sagaworks-admin"], args, &["dlq", "topics"]].concat()).unwrap()
+        };
+        let path = file.to_str().unwrap();
+        let cli = parse(&["--token-file", path]);
+        assert!(!cli.token_on_command_line);
+        assert_eq!(cli.bearer_token().unwrap().expose(), "eyJ.from-a-file.sig");
+
+        let both = parse(&["--token-file", path, "--token", "t"]).bearer_token().unwrap_err();
+        assert!(both.contains("--token and --token-file"), "{both}");
+        std::fs::write(&file, " \n").unwrap();
+        let empty = parse(&["--token-file", path]).bearer_token().unwrap_err();
+        assert!(empty.contains("is empty") && empty.contains(path), "{empty}");
+        let missing = dir.join("nope");
+        let missing = parse(&["--token-file", missing.to_str().unwrap()]).bearer_token().unwrap_err();
+        assert!(missing.contains("cannot read --token-file") && missing.contains("nope"), "{missing}");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

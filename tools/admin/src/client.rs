@@ -188,12 +188,65 @@ pub struct Fetched<T> {
     pub raw: Value,
 }
 
-/// The REST client: base URL, bearer token, timeout.
-#[derive(Debug, Clone)]
+/// A bearer token. `Debug` shows it as `[REDACTED]`: a client or a parsed command
+/// line can be logged or printed in a panic without handing out the operator's token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// The token itself, for the `Authorization` header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<&str> for Token {
+    fn from(token: &str) -> Self {
+        Self(token.to_owned())
+    }
+}
+
+impl std::str::FromStr for Token {
+    type Err = std::convert::Infallible;
+
+    fn from_str(token: &str) -> Result<Self, Self::Err> {
+        Ok(Self::from(token))
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+/// What a secret shows as in `Debug`.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// The REST client: base URL, bearer token, timeout. `Debug` shows neither the token
+/// nor a password in the base URL.
+#[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
     base: Url,
-    token: String,
+    token: Token,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut base = self.base.clone();
+        if base.password().is_some() {
+            let _ = base.set_password(Some(REDACTED));
+        }
+        f.debug_struct("Client")
+            .field("base", &base.as_str())
+            .field("token", &self.token)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The filters of `GET /v1/admin/sagas` (the cursor is handled by paging).
@@ -219,13 +272,13 @@ type Query = Vec<(&'static str, String)>;
 impl Client {
     /// A client for the API at `base` (e.g. `http://127.0.0.1:8080`, or
     /// `https://ops.example.com/api` behind an ingress with a path prefix).
-    pub fn new(base: &Url, token: &str, timeout: Duration) -> Result<Self, Error> {
+    pub fn new(base: &Url, token: Token, timeout: Duration) -> Result<Self, Error> {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .user_agent(concat!("sagaworks-admin/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(Error::Setup)?;
-        Ok(Self { http, base: base.clone(), token: token.to_string() })
+        Ok(Self { http, base: base.clone(), token })
     }
 
     /// The URL of `segments` below the base, each segment percent-encoded.
@@ -367,7 +420,8 @@ impl Client {
         idempotency_key: Option<&str>,
         body: Option<&Value>,
     ) -> Result<Fetched<T>, Error> {
-        let mut request: RequestBuilder = self.http.request(method, url.clone()).bearer_auth(&self.token);
+        let mut request: RequestBuilder =
+            self.http.request(method, url.clone()).bearer_auth(self.token.expose());
         if !query.is_empty() {
             request = request.query(query);
         }
@@ -644,6 +698,16 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn debug_shows_neither_the_token_nor_a_password_in_the_url() {
+        let secret = "eyJhbGciOi.the-operators-token.c2ln";
+        let base = Url::parse("https://ops:url-password@ops.example/api").unwrap();
+        let client = Client::new(&base, Token::from(secret), Duration::from_secs(1)).unwrap();
+        let shown = format!("{client:?} {client:#?} {:?}", Token::from(secret));
+        assert!(!shown.contains(secret) && !shown.contains("url-password"), "{shown}");
+        assert!(shown.contains("[REDACTED]") && shown.contains("ops.example/api"), "{shown}");
+    }
+
     fn exit_code_of(status: u16) -> u8 {
         Error::from_problem(Problem::from_response(status, None, b"")).exit_code()
     }
@@ -699,12 +763,13 @@ mod tests {
     #[test]
     fn urls_encode_segments_and_keep_a_path_prefix() {
         let timeout = Duration::from_secs(1);
-        let client = Client::new(&Url::parse("https://ops.example.com/api/").unwrap(), "t", timeout).unwrap();
+        let client =
+            Client::new(&Url::parse("https://ops.example.com/api/").unwrap(), "t".into(), timeout).unwrap();
         assert_eq!(
             client.url(&["v1", "admin", "dlq", "a/b?c"]).as_str(),
             "https://ops.example.com/api/v1/admin/dlq/a%2Fb%3Fc"
         );
-        let client = Client::new(&Url::parse("http://127.0.0.1:8080").unwrap(), "t", timeout).unwrap();
+        let client = Client::new(&Url::parse("http://127.0.0.1:8080").unwrap(), "t".into(), timeout).unwrap();
         assert_eq!(client.url(&["v1", "admin", "sagas"]).as_str(), "http://127.0.0.1:8080/v1/admin/sagas");
     }
 

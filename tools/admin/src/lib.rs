@@ -6,6 +6,10 @@
 //! contains `admin`, so the same binary works against a local stack, docker
 //! compose and Kubernetes (through an ingress or `kubectl port-forward`):
 //!
+//! The token comes from `SAGAWORKS_TOKEN` or a file (`--token-file`); `--token` on
+//! the command line works but warns on stderr, since it shows in `ps` and the shell's
+//! history. No `Debug` output shows it ([`client::Token`]).
+//!
 //! ```text
 //! export SAGAWORKS_API=http://127.0.0.1:8080 SAGAWORKS_TOKEN=eyJ...
 //! sagaworks-admin sagas list --status stuck --older-than 10m
@@ -54,12 +58,14 @@ use std::process::ExitCode;
 /// documented exit code, reporting an error on stderr (and, with `--json`,
 /// the problem document on stdout).
 pub async fn main_with(cli: Cli) -> ExitCode {
-    if cli.token.as_deref().is_none_or(str::is_empty) {
+    let token = cli.bearer_token().unwrap_or_else(|message| {
         use clap::CommandFactory;
-        let message = "a token is required: --token TOKEN or the environment variable SAGAWORKS_TOKEN";
-        Cli::command().error(clap::error::ErrorKind::MissingRequiredArgument, message).exit();
+        Cli::command().error(clap::error::ErrorKind::MissingRequiredArgument, message).exit()
+    });
+    if cli.token_on_command_line {
+        eprintln!("{}", cli::TOKEN_ON_COMMAND_LINE);
     }
-    match run(&cli).await {
+    match run(&cli, token).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             report(&error, cli.json);
@@ -77,9 +83,8 @@ pub fn report(error: &Error, json: bool) {
     }
 }
 
-/// Runs one command.
-pub async fn run(cli: &Cli) -> Result<(), Error> {
-    let token = cli.token.as_deref().unwrap_or_default();
+/// Runs one command with `token` ([`Cli::bearer_token`]).
+pub async fn run(cli: &Cli, token: client::Token) -> Result<(), Error> {
     let client = Client::new(&cli.api, token, std::time::Duration::from_secs(cli.timeout_secs))?;
     match &cli.command {
         Command::Sagas { command } => sagas(&client, cli.json, command).await,
@@ -172,7 +177,10 @@ async fn drain(client: &Client, version: u32, timeout: u64, every: u64) -> Resul
             )));
         }
         if v.unfinished == 0 {
-            println!("version {version} of {} is drained: no unfinished instance", v.saga_type);
+            println!(
+                "version {version} of {} is drained: no unfinished instance",
+                render::escape(&v.saga_type)
+            );
             return Ok(());
         }
         if std::time::Instant::now() >= deadline {
@@ -290,11 +298,12 @@ fn idempotency_key(given: Option<&str>, flag: &str) -> String {
 
 fn hint_next_page(next_cursor: Option<&str>) {
     if let Some(cursor) = next_cursor {
+        let cursor = render::escape(cursor);
         eprintln!("more: add --cursor {cursor} for the next page, or --all for every page");
     }
 }
 
-/// Pretty JSON for stdout (a `Value` always serializes).
+/// Pretty JSON for stdout, with nothing a terminal acts on ([`render::json`]).
 fn pretty(value: &Value) -> String {
-    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    render::json(value)
 }

@@ -2,6 +2,12 @@
 //! text to print (so tests can check it). Times are UTC (`2026-12-04
 //! 19:00:00`), spans short (`45s`, `12m05s`, `3h04m`, `2d03h`); long errors
 //! are cut in tables: `--json` has them whole.
+//!
+//! Every value that comes from the API goes through [`escape`] before it is
+//! printed: a dead letter's key, headers, reason and payload are whatever its
+//! writer put there, and a terminal acts on control characters (ANSI and OSC
+//! sequences can recolour, hide or rewrite what is on the screen, a bare CR
+//! overwrites the line, a newline forges one). They show as escapes instead.
 
 use crate::client::{
     DeadLetter, DiscardResult, DlqTopic, Error, Problem, ReplayResult, SagaActionResult, SagaDetail,
@@ -22,10 +28,9 @@ impl Table {
         Self { headers: headers.iter().map(|h| h.to_string()).collect(), rows: Vec::new() }
     }
 
-    /// Adds a row; control characters (newlines in an error) become spaces.
-    /// Missing cells are empty, extra ones dropped.
+    /// Adds a row, each cell [`escape`]d. Missing cells are empty, extra ones dropped.
     pub fn row(&mut self, cells: impl IntoIterator<Item = String>) -> &mut Self {
-        let mut row: Vec<String> = cells.into_iter().map(|c| one_line(&c)).take(self.headers.len()).collect();
+        let mut row: Vec<String> = cells.into_iter().map(|c| escape(&c)).take(self.headers.len()).collect();
         row.resize(self.headers.len(), String::new());
         self.rows.push(row);
         self
@@ -59,9 +64,54 @@ impl Table {
     }
 }
 
-/// `s` on one line: control characters (newlines, tabs) become spaces.
-fn one_line(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+/// `s` on one line with nothing a terminal acts on: control characters (C0, DEL, C1)
+/// and the invisible format characters that reorder or hide text (bidirectional
+/// overrides and isolates, zero-width marks) are written as escapes: `\n`, `\r`,
+/// `\t`, `\x1b` for the other ASCII ones, `\u{9b}` for the rest. Everything else,
+/// backslashes included, is kept as it is.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_ascii_control() => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c if c.is_control() || is_invisible_format(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `value` as pretty JSON (`--json`) with nothing a terminal acts on: serde_json
+/// escapes the ASCII control characters in strings itself; the other control and
+/// invisible format characters (see [`escape`]) are written as `\uXXXX` here, which
+/// reads back as the same JSON.
+pub fn json(value: &serde_json::Value) -> String {
+    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if (c.is_control() && !c.is_ascii()) || is_invisible_format(c) {
+            // Every such character is in the Basic Multilingual Plane: one \u escape.
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Format characters that change how the text around them shows without showing
+/// themselves: bidirectional marks, embeddings, overrides and isolates, zero-width
+/// characters, the soft hyphen and the byte order mark.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c, '\u{ad}' | '\u{61c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+        | '\u{2060}'..='\u{2069}' | '\u{feff}')
 }
 
 /// At most `max` characters, the last one `…` when cut.
@@ -158,7 +208,7 @@ pub fn saga_versions(versions: &[SagaVersion]) -> String {
 pub fn saga_detail(saga: &SagaDetail) -> String {
     let mut out = String::new();
     let mut line = |name: &str, value: String| {
-        let _ = writeln!(out, "{name:<9} {value}");
+        let _ = writeln!(out, "{name:<9} {}", escape(&value));
     };
     line("saga", saga.saga_id.clone());
     line("order", saga.order_id.clone());
@@ -232,10 +282,10 @@ pub fn saga_action(action: &str, result: &SagaActionResult) -> String {
     let mut out = if result.replayed {
         format!(
             "{action} of step {}: this Idempotency-Key was used before, nothing was done again; the saga now:\n\n",
-            result.step
+            escape(&result.step)
         )
     } else {
-        format!("{action} of step {}: done; the saga now:\n\n", result.step)
+        format!("{action} of step {}: done; the saga now:\n\n", escape(&result.step))
     };
     out.push_str(&saga_detail(&result.saga));
     out
@@ -280,7 +330,7 @@ pub fn dead_letter_list(messages: &[DeadLetter]) -> String {
 pub fn dead_letter(m: &DeadLetter) -> String {
     let mut out = String::new();
     let mut line = |name: &str, value: String| {
-        let _ = writeln!(out, "{name:<14} {value}");
+        let _ = writeln!(out, "{name:<14} {}", escape(&value));
     };
     line("id", m.id.clone());
     line("state", m.state.clone());
@@ -294,14 +344,14 @@ pub fn dead_letter(m: &DeadLetter) -> String {
     line("reason", or_dash(m.reason.as_deref()));
     line("attempts", m.attempts.to_string());
     line("dead-lettered", time(m.dead_lettered_at));
-    line("error", one_line(&m.error));
+    line("error", m.error.clone());
 
     out.push_str("\nHeaders:\n");
     if m.headers.is_empty() {
         out.push_str("  (none)\n");
     }
     for (name, value) in &m.headers {
-        let _ = writeln!(out, "  {name}: {}", one_line(value));
+        let _ = writeln!(out, "  {}: {}", escape(name), escape(value));
     }
 
     let cut = if m.payload_truncated { ", cut to the first 64 KiB" } else { "" };
@@ -320,19 +370,22 @@ pub fn dead_letter(m: &DeadLetter) -> String {
     out
 }
 
-/// A payload: pretty-printed when it is JSON, else as it is.
+/// A payload: pretty-printed when it is JSON (its own line breaks kept, each line
+/// [`escape`]d), else [`escape`]d as one line.
 pub fn payload(text: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(json) => serde_json::to_string_pretty(&json).unwrap_or_else(|_| text.to_string()),
-        Err(_) => text.to_string(),
+    match serde_json::from_str::<serde_json::Value>(text).map(|json| serde_json::to_string_pretty(&json)) {
+        Ok(Ok(pretty)) => pretty.lines().map(escape).collect::<Vec<_>>().join("\n"),
+        _ => escape(text),
     }
 }
 
 /// `dlq replay`.
 pub fn replay_result(topic: &str, result: &ReplayResult) -> String {
     let mut out = match result.replayed.len() {
-        0 => format!("Nothing pending to replay in {topic}.\n"),
-        n => format!("Replayed {n} message(s) to {topic}: {}\n", result.replayed.join(", ")),
+        0 => format!("Nothing pending to replay in {}.\n", escape(topic)),
+        n => {
+            format!("Replayed {n} message(s) to {}: {}\n", escape(topic), escape(&result.replayed.join(", ")))
+        }
     };
     if result.replay {
         out.push_str("(this Idempotency-Key was used before: that earlier answer; nothing was sent again)\n");
@@ -342,7 +395,7 @@ pub fn replay_result(topic: &str, result: &ReplayResult) -> String {
 
 /// `dlq discard`.
 pub fn discard_result(topic: &str, result: &DiscardResult) -> String {
-    let mut out = format!("{topic} {}: {}\n", result.id, result.state);
+    let mut out = format!("{} {}: {}\n", escape(topic), escape(&result.id), escape(&result.state));
     if result.replay {
         out.push_str("(this Idempotency-Key was used before: that earlier answer)\n");
     }
@@ -351,12 +404,12 @@ pub fn discard_result(topic: &str, result: &DiscardResult) -> String {
 
 /// An error answer, for stderr: title and status, detail, invalid fields, when to retry.
 pub fn problem(p: &Problem) -> String {
-    let mut out = format!("{} (HTTP {})\n", p.title, p.status);
+    let mut out = format!("{} (HTTP {})\n", escape(&p.title), p.status);
     if let Some(detail) = &p.detail {
-        let _ = writeln!(out, "  {detail}");
+        let _ = writeln!(out, "  {}", escape(detail));
     }
     for e in &p.errors {
-        let _ = writeln!(out, "  {}: {}", e.field, e.message);
+        let _ = writeln!(out, "  {}: {}", escape(&e.field), escape(&e.message));
     }
     if let Some(secs) = p.retry_after {
         let _ = writeln!(out, "  retry after {secs}s");
@@ -377,10 +430,10 @@ pub fn error(e: &Error) -> String {
     if let Some(p) = e.problem() {
         return format!("error: {kind}: {}", problem(p));
     }
-    let mut out = format!("error: {e}");
+    let mut out = format!("error: {}", escape(&e.to_string()));
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {
-        let _ = write!(out, ": {cause}");
+        let _ = write!(out, ": {}", escape(&cause.to_string()));
         source = cause.source();
     }
     if let Error::Network { source, .. } = e
@@ -404,7 +457,7 @@ mod tests {
     #[test]
     fn tables_align_columns_without_trailing_blanks() {
         let mut table = Table::new(["ID", "STATUS", "ERROR"]);
-        table.row(["1".to_string(), "RUNNING".into(), "timeout\ncalling payment".into()]);
+        table.row(["1".to_string(), "RUNNING".into(), "timeout calling payment".into()]);
         table.row(["1234".to_string(), "OK".into(), String::new()]);
         table.row(["5".to_string()]);
         assert_eq!(
@@ -541,9 +594,103 @@ mod tests {
         };
         let text = dead_letter(&message);
         assert!(text.starts_with("id             0-3\nstate          pending\n"), "{text}");
-        assert!(text.contains("error          bad price\n"), "{text}");
+        assert!(text.contains("error          bad\\nprice\n"), "{text}");
         assert!(text.contains("\nHeaders:\n  ce_type: order.placed\n"), "{text}");
         assert!(text.ends_with("\nPayload (11 bytes):\n{\n  \"total\": 1\n}\n"), "{text}");
+    }
+
+    /// What a dead letter's writer controls, each field carrying what a terminal acts on:
+    /// an ANSI CSI (erase the line, recolour), an OSC 8 hyperlink (text that links
+    /// elsewhere), a bare CR (back to the start of the line, to overwrite it), a newline
+    /// (a forged line), C1 CSI and a right-to-left override.
+    const HOSTILE: [&str; 6] = [
+        "\x1b[2K\x1b[31m",
+        "\x1b]8;;https://evil.example\x07/sagaworks/order\x1b]8;;\x07",
+        "forged\r/sagaworks/order",
+        "a\nce_source: /sagaworks/order",
+        "\u{9b}2K",
+        "\u{202e}redro",
+    ];
+
+    /// `text` holds no control character but its own line breaks, no invisible
+    /// format character, and exactly `lines` lines.
+    fn assert_inert(text: &str, lines: usize) {
+        for c in text.chars() {
+            assert!(
+                c == '\n' || !(c.is_control() || is_invisible_format(c)),
+                "{c:?} printed raw in:\n{text}"
+            );
+        }
+        assert_eq!(text.lines().count(), lines, "a forged line in:\n{text}");
+    }
+
+    #[test]
+    fn escape_writes_every_control_and_invisible_format_character_as_an_escape() {
+        assert_eq!(escape(HOSTILE[0]), "\\x1b[2K\\x1b[31m");
+        assert_eq!(escape(HOSTILE[1]), "\\x1b]8;;https://evil.example\\x07/sagaworks/order\\x1b]8;;\\x07");
+        assert_eq!(escape(HOSTILE[2]), "forged\\r/sagaworks/order");
+        assert_eq!(escape(HOSTILE[3]), "a\\nce_source: /sagaworks/order");
+        assert_eq!(escape(HOSTILE[4]), "\\u{9b}2K");
+        assert_eq!(escape(HOSTILE[5]), "\\u{202e}redro");
+        assert_eq!(escape("\t\x00\x7f\u{200b}\u{feff}"), "\\t\\x00\\x7f\\u{200b}\\u{feff}");
+        assert_eq!(escape("plain ünïcödé, a \\ and 日本"), "plain ünïcödé, a \\ and 日本");
+    }
+
+    #[test]
+    fn a_dead_letter_with_terminal_sequences_in_every_field_prints_them_escaped() {
+        let hostile = |i: usize| format!("{}{}", HOSTILE[i % HOSTILE.len()], i);
+        let message = DeadLetter {
+            id: hostile(0),
+            topic: hostile(1),
+            dlq_topic: hostile(2),
+            key: Some(hostile(3)),
+            original: Some(crate::client::OriginalPosition { topic: hostile(4), partition: 0, offset: 1 }),
+            group: Some(hostile(5)),
+            reason: Some(hostile(6)),
+            error: hostile(7),
+            event_id: Some(hostile(8)),
+            event_type: Some(hostile(9)),
+            headers: [(hostile(10), hostile(11)), ("ce_source".into(), hostile(12))].into(),
+            payload: hostile(13),
+            payload_bytes: 1,
+            state: hostile(14),
+            actions: vec![crate::client::DeadLetterAction {
+                action: hostile(15),
+                actor: hostile(16),
+                reason: hostile(17),
+                at: None,
+            }],
+            ..Default::default()
+        };
+        let shown = dead_letter(&message);
+        // 11 header lines, blank, "Headers:", 2 headers, blank, "Payload", the payload,
+        // blank, "Operator actions:", the table's header and one row.
+        assert_inert(&shown, 22);
+        assert!(shown.contains("\nkey            a\\nce_source: /sagaworks/order3\n"), "{shown}");
+        assert!(shown.contains("\n  ce_source: \\x1b[2K\\x1b[31m12\n"), "{shown}");
+        assert!(shown.contains("\nreason         \\x1b[2K\\x1b[31m6\n"), "{shown}");
+
+        // A JSON payload keeps its own line breaks; its strings show escaped.
+        let json = DeadLetter {
+            payload: serde_json::json!({ HOSTILE[1]: HOSTILE[4], "b": HOSTILE[5] }).to_string(),
+            ..message.clone()
+        };
+        let shown = dead_letter(&json);
+        assert_inert(&shown, 25);
+        assert!(shown.contains("\n  \"b\": \"\\u{202e}redro\"\n"), "{shown}");
+
+        let listed = dead_letter_list(&[message.clone(), json]);
+        assert_inert(&listed, 3);
+        assert!(listed.contains("a\\nce_source: /sagaworks/order3"), "{listed}");
+    }
+
+    #[test]
+    fn json_output_escapes_what_serde_json_leaves_raw_and_reads_back_the_same() {
+        let value = serde_json::json!({ "k": HOSTILE.concat() });
+        let text = json(&value);
+        assert_inert(&text, 3);
+        assert!(text.contains("\\u009b2K") && text.contains("\\u202eredro"), "{text}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap(), value);
     }
 
     #[test]

@@ -45,13 +45,20 @@ impl Server {
         Server { url, log }
     }
 
-    /// Runs the CLI against this server with `token` (none: no token at all).
+    /// Runs the CLI against this server with `token` in SAGAWORKS_TOKEN (none: no token at all).
     async fn run(&self, token: Option<&str>, args: &[&str]) -> Output {
+        let env: &[(&str, &str)] = match token {
+            Some(token) => &[("SAGAWORKS_TOKEN", token)],
+            None => &[],
+        };
+        self.run_with(env, args).await
+    }
+
+    /// Runs the CLI against this server with `env` (and no other SAGAWORKS_TOKEN).
+    async fn run_with(&self, env: &[(&str, &str)], args: &[&str]) -> Output {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_sagaworks-admin"));
         command.env_remove("SAGAWORKS_TOKEN").env("SAGAWORKS_API", &self.url).args(args);
-        if let Some(token) = token {
-            command.args(["--token", token]);
-        }
+        command.envs(env.iter().copied());
         command.output().await.unwrap()
     }
 
@@ -71,6 +78,28 @@ fn saga_detail() -> Value {
         "current_step": "charge_payment", "steps": [], "created_at": "2026-12-04T19:00:00Z",
         "updated_at": null, "progressed_at": null, "actions": [], "a_field_from_the_future": 1
     })
+}
+
+/// A dead letter whose writer planted what a terminal acts on, in every field: an ANSI
+/// CSI that erases the line, an OSC 8 hyperlink, a bare CR, a newline inside a value.
+fn hostile_dead_letter() -> Value {
+    let csi = "\x1b[2K\x1b[1A";
+    let osc8 = "\x1b]8;;https://evil.example/\x07/sagaworks/order\x1b]8;;\x07";
+    json!({
+        "id": format!("0-3{csi}"), "topic": format!("order{osc8}"), "dlq_topic": "order.dlq\r",
+        "key": format!("k\rk{csi}"), "group": format!("g\ng: forged{osc8}"),
+        "reason": format!("untrusted_source{csi}\rhandler_error"), "error": "bad\nprice\r",
+        "event_id": "e\x1b[8m", "event_type": "OrderConfirmed\u{9b}2K", "attempts": 1, "state": "pending\x07",
+        "headers": {"ce_source": format!("/sagaworks/inventory\r{osc8}"), format!("x{csi}"): "v\nce_source: /sagaworks/order"},
+        "payload": format!("not json{csi}\r\nOperator actions:"), "payload_bytes": 10,
+        "actions": [{"action": "REPLAY\x1b[0m", "actor": "ops\r", "reason": format!("r{osc8}"), "at": null}]
+    })
+}
+
+/// `text` holds no control character but its own line breaks.
+fn assert_inert(text: &str) {
+    let raw: Vec<char> = text.chars().filter(|c| c.is_control() && *c != '\n').collect();
+    assert!(raw.is_empty(), "{raw:?} printed raw in:\n{text}");
 }
 
 /// Records the request, then answers for the few routes the tests use.
@@ -111,6 +140,12 @@ async fn canned(
         (Method::POST, ["v1", "admin", "sagas", _, _action]) => {
             axum::Json(json!({"step": "charge_payment", "replayed": false, "saga": saga_detail()}))
                 .into_response()
+        }
+        (Method::GET, ["v1", "admin", "dlq", "order", "messages"]) => {
+            axum::Json(json!({"messages": [hostile_dead_letter()]})).into_response()
+        }
+        (Method::GET, ["v1", "admin", "dlq", "order", "messages", "0-3"]) => {
+            axum::Json(hostile_dead_letter()).into_response()
         }
         (Method::POST, ["v1", "admin", "dlq", "order", "replay"]) => {
             axum::Json(json!({"replayed": ["0-3", "0-4"], "replay": false})).into_response()
@@ -222,4 +257,84 @@ async fn no_token_is_a_usage_error() {
     let out = server.run(None, &["sagas", "list"]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(server.seen().is_empty());
+}
+
+#[tokio::test]
+async fn dlq_show_and_list_print_planted_terminal_sequences_escaped() {
+    let server = Server::start().await;
+    let out = server.run(Some(ADMIN), &["dlq", "show", "order", "0-3"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert_inert(&shown);
+    for escaped in [
+        "\nkey            k\\rk\\x1b[2K\\x1b[1A\n",
+        "\ngroup          g\\ng: forged\\x1b]8;;https://evil.example/\\x07/sagaworks/order\\x1b]8;;\\x07\n",
+        "\nreason         untrusted_source\\x1b[2K\\x1b[1A\\rhandler_error\n",
+        "\n  ce_source: /sagaworks/inventory\\r\\x1b]8;;https://evil.example/",
+        "\n  x\\x1b[2K\\x1b[1A: v\\nce_source: /sagaworks/order\n",
+        "\nnot json\\x1b[2K\\x1b[1A\\r\\nOperator actions:\n",
+        "OrderConfirmed\\u{9b}2K",
+    ] {
+        assert!(shown.contains(escaped), "{escaped:?} not in:\n{shown}");
+    }
+    assert_eq!(shown.matches("Operator actions:").count(), 2, "the payload's and the real one:\n{shown}");
+    assert_eq!(shown.lines().filter(|l| l.starts_with("  ce_source:")).count(), 1, "{shown}");
+
+    let out = server.run(Some(ADMIN), &["dlq", "list", "order"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let listed = text(&out.stdout);
+    assert_inert(&listed);
+    assert_eq!(listed.lines().count(), 2, "a header and one row:\n{listed}");
+    assert!(listed.contains("0-3\\x1b[2K\\x1b[1A  pending\\x07  k\\rk"), "{listed}");
+
+    let out = server.run(Some(ADMIN), &["--json", "dlq", "show", "order", "0-3"]).await;
+    let json = text(&out.stdout);
+    assert_inert(&json);
+    assert!(json.contains("OrderConfirmed\\u009b2K"), "{json}");
+    assert_eq!(serde_json::from_str::<Value>(&json).unwrap(), hostile_dead_letter(), "the same JSON");
+}
+
+#[tokio::test]
+async fn a_token_on_the_command_line_works_and_warns_that_ps_shows_it() {
+    let server = Server::start().await;
+    let out = server
+        .run_with(&[], &["--token", ADMIN, "dlq", "replay", "order", "--all-pending", "--reason", "r"])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("warning: a token given with --token shows in the process list (ps)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("SAGAWORKS_TOKEN") && stderr.contains("--token-file"), "{stderr}");
+    assert!(!stderr.contains(ADMIN), "{stderr}");
+    assert_eq!(server.seen()[0].authorization.as_deref(), Some("Bearer admin-token"));
+
+    // From the environment: the same call, no warning.
+    let out = server.run(Some(ADMIN), &["dlq", "replay", "order", "--all-pending", "--reason", "r"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("warning"), "{}", text(&out.stderr));
+    assert_eq!(server.seen()[1].authorization.as_deref(), Some("Bearer admin-token"));
+}
+
+#[tokio::test]
+async fn a_token_file_is_read_wins_over_the_environment_and_a_bad_one_is_a_usage_error() {
+    let server = Server::start().await;
+    let dir = std::env::temp_dir().join(format!("sw-admin-http-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    std::fs::write(&file, format!("{ADMIN}\n")).unwrap();
+    let path = file.to_str().unwrap();
+    let args = ["--token-file", path, "dlq", "replay", "order", "--all-pending", "--reason", "r"];
+    let out = server.run_with(&[("SAGAWORKS_TOKEN", CUSTOMER)], &args).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("warning"), "{}", text(&out.stderr));
+    assert_eq!(server.seen()[0].authorization.as_deref(), Some("Bearer admin-token"), "the file's");
+
+    let missing = dir.join("missing");
+    let out = server.run_with(&[], &["--token-file", missing.to_str().unwrap(), "dlq", "topics"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("cannot read --token-file"), "{}", text(&out.stderr));
+    assert_eq!(server.seen().len(), 1, "no call without a token");
+    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Settings {
-    /// Where it runs (`APP_ENVIRONMENT`): `production` refuses TLS off and `/fault`
-    /// (see `sagaworks_config::Environment`; default: production in a release build).
+    /// Where it runs (`APP_ENVIRONMENT`, required): `production` refuses TLS off, `/fault`,
+    /// every test hook and the weak settings `sagaworks_runtime::host::HostSettings::check`
+    /// lists (see `sagaworks_config::Environment`).
     pub environment: Environment,
     /// Its certificate for mutual TLS on gRPC, both ways (`sagaworks_mtls`).
     pub tls: TlsSettings,
@@ -64,4 +65,4 @@ impl Default for Settings {
     }
 }
 
-sagaworks_runtime::host_settings!(Settings);
+sagaworks_runtime::host_settings!(Settings, test_hooks: [outbox, consumer, saga]);
