@@ -210,3 +210,19 @@ sw_k8s_probe_image() {
     sw_k8s_built probe probe-image "${SW_K8S_PROBE_IMAGE##*:}" "the selftest image $SW_K8S_PROBE_IMAGE" \
         "$d/go.mod" "$d/main.go"
 }
+
+SW_K8S_COREDNS_IMAGE="sagaworks.local/coredns:$SW_K8S_COREDNS_VERSION"
+
+# CoreDNS's image: the binary of sw_k8s_coredns_bin as /coredns (SW_K8S_FROM names it).
+sw_tracing_build_coredns_image() { # scratch dir, output directory
+    mkdir -p "$1/root" "$2"
+    cp "$SW_K8S_FROM" "$1/root/coredns" || return 1
+    sw_k8s_oci_image "$1/root" "$SW_K8S_COREDNS_IMAGE" '["/coredns"]' "$2/image.tar"
+}
+
+sw_k8s_coredns_image() {
+    local bin
+    bin="$(sw_k8s_coredns_bin)" || return 1
+    SW_K8S_FROM="$bin" sw_k8s_built coredns_image coredns-image "$SW_K8S_COREDNS_VERSION" \
+        "the CoreDNS image $SW_K8S_COREDNS_IMAGE" "$bin"
+}
