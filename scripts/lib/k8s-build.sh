@@ -77,11 +77,17 @@ sw_tracing_build_kubernetes() { # scratch dir, output directory
         { sw_k8s_err "kubectl does not say it is $v"; return 1; }
 }
 
+# Where the Kubernetes commands are, built or not.
+sw_k8s_kubernetes_path() {
+    local dir="$SW_K8S_BUILD/kubernetes"
+    printf '%s\n' "$(sw_tracing_bin_dir)/kubernetes-$SW_K8S_VERSION-$(sw_tracing_hash "$dir/go.mod" "$dir/go.sum" "$dir/tools.go")"
+}
+
 sw_k8s_kubernetes_dir() {
     local dir="$SW_K8S_BUILD/kubernetes" out
     grep -q "^require k8s.io/kubernetes $SW_K8S_VERSION\$" "$dir/go.mod" ||
         { sw_k8s_err "$dir/go.mod does not require k8s.io/kubernetes $SW_K8S_VERSION: run $dir/gen-go-mod.sh $SW_K8S_VERSION"; return 1; }
-    out="$(sw_tracing_bin_dir)/kubernetes-$SW_K8S_VERSION-$(sw_tracing_hash "$dir/go.mod" "$dir/go.sum" "$dir/tools.go")"
+    out="$(sw_k8s_kubernetes_path)"
     if [ ! -x "$out/kubectl" ]; then
         sw_tracing_need_go || return 1
         sw_tracing_build_once "$out" kubernetes "Kubernetes $SW_K8S_VERSION ($SW_K8S_COMMANDS)" || return 1
