@@ -105,7 +105,9 @@ sw_tracing_build_coredns() { # scratch dir, output binary
     local commit
     commit="$(sw_k8s_commit coredns "github.com/coredns/coredns@$SW_K8S_COREDNS_VERSION")"
     sw_k8s_go_build coredns "-X github.com/coredns/coredns/coremain.GitCommit=${commit:0:12}" "$2" . || return 1
-    "$2" -plugins | grep -q 'dns.kubernetes' || { sw_k8s_err "CoreDNS has no kubernetes plugin"; return 1; }
+    "$2" -plugins | grep -qx kubernetes || { sw_k8s_err "CoreDNS has no kubernetes plugin"; return 1; }
+    "$2" -version | grep -qx "CoreDNS-${SW_K8S_COREDNS_VERSION#v}" ||
+        { sw_k8s_err "CoreDNS does not say it is $SW_K8S_COREDNS_VERSION"; return 1; }
 }
 
 # kube-network-policies with kube-network-policies.patch: its packets go to user space

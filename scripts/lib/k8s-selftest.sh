@@ -124,8 +124,9 @@ sw_k8s_selftest_expect() { # pod, reach|blocked, description
 
 sw_k8s_selftest() {
     local image started=$SECONDS
-    pid_of kube-apiserver >/dev/null && pid_of kubelet >/dev/null ||
+    if ! pid_of kube-apiserver >/dev/null || ! pid_of kubelet >/dev/null; then
         die "the cluster does not run (scripts/k8s up)"
+    fi
     image="$(sw_k8s_probe_image)" || die "building the selftest image failed (see above)"
     ctr_ images ls -q | grep -qx "$SW_K8S_PROBE_IMAGE" || import_image "$image/image.tar"
     kubectl_ delete namespace "$SW_K8S_SELFTEST_NS" --ignore-not-found --wait=true --timeout=60s >/dev/null
