@@ -109,7 +109,7 @@ sw_k8s_selftest_expect() { # pod, reach|blocked, description
         rc=0
         out="$(sw_k8s_selftest_get "$pod")" || rc=$?
         if { [ "$want" = reach ] && [ $rc = 0 ]; } || { [ "$want" = blocked ] && [ $rc != 0 ]; }; then
-            printf 'PASS  %s: %s\n' "$what" "$(echo "$out" | tail -n 1)"
+            printf 'PASS  %s: %s\n' "$what" "$(echo "$out" | head -n 1)"
             SW_K8S_PASSED=$((SW_K8S_PASSED + 1))
             return 0
         fi
