@@ -7,7 +7,13 @@
 #   sw_k8s_etcd_bin         etcd
 #   sw_k8s_coredns_bin      CoreDNS
 #   sw_k8s_knp_bin          kube-network-policies (the NetworkPolicy enforcer)
-#   sw_k8s_pause_bin        the pause binary of the pod sandbox image (gcc -static)
+#   sw_k8s_pause_image      directory holding image.tar: the pod sandbox's image, pause.c
+#                           built with gcc -static as its one file
+#   sw_k8s_coredns_image    directory holding image.tar: CoreDNS's image, the binary alone
+#   sw_k8s_probe_image      directory holding image.tar: the selftest's image (build/probe)
+#
+# The images are OCI archives of one layer for `ctr -n k8s.io images import`, written by
+# sw_k8s_oci_image: no registry answers here, registry.k8s.io/pause included.
 #
 # Each prints its path on stdout (progress on stderr) and builds what is missing first.
 # What is built, each from a wrapper module under deploy/k8s-cluster/build/ whose go.mod and
