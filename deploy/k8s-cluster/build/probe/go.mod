@@ -1,0 +1,3 @@
+module sagaworks.local/k8s-cluster/probe
+
+go 1.24.0
