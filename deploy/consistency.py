@@ -114,7 +114,8 @@ SERVICE_KINDS = ("backend", "gateway")
 EPHEMERAL_PORTS_START = 32768
 MAX_REPLICAS = 9
 _SERVICE_KEYS = {
-    "name", "kind", "http_port", "grpc_port", "database", "topics", "consumes", "operates_dead_letters", "calls", "rpcs",
+    "name", "kind", "http_port", "grpc_port", "database", "topics", "consumes", "groups", "operates_dead_letters", "calls",
+    "rpcs",
 }
 _RPC_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*/([A-Z][A-Za-z0-9]*|\*)")
 

@@ -3,19 +3,25 @@
 
     python3 scripts/lib/kafka_acls.py users <services.toml>
         one line per backend service: its Kafka user (the service's name)
+    python3 scripts/lib/kafka_acls.py topics <services.toml> <topic prefix>
+        one line per topic to create beforehand: every aggregate's and its `.dlq`
     python3 scripts/lib/kafka_acls.py acls <services.toml> <topic prefix>
         one line per AclCommand call: principal, resource type (topic|group),
         pattern type (literal|prefixed), the operations (comma-separated), the resources
         (space-separated), all separated by `|`
 
-What each service may do (topics are `<prefix>.<aggregate>`):
-  * write (and create, describe) the topics of the aggregates it publishes (`topics`);
-  * read (and describe, and create: a consumer may start before the topic's publisher
-    made it) the topics it consumes (`consumes`), and write (and create, describe, read)
-    their dead-letter topics `<topic>.dlq`;
-  * its consumer groups: `<prefix>.<service>` and the names that start with it;
-  * the operations host (`operates_dead_letters = true`: order) also reads and writes
-    every dead-letter topic and writes every topic (a replay puts a message back on it).
+What each service may do (topics are `<prefix>.<aggregate>`; every topic and its
+dead-letter topic `<topic>.dlq` exist beforehand: the init step of compose and k8s, and
+scripts/kafka, create them as admin, so no service may create a topic):
+  * write (and describe) the topics of the aggregates it publishes (`topics`);
+  * read (and describe) the topics it consumes (`consumes`), and write (and describe,
+    read) their dead-letter topics `<topic>.dlq`;
+  * its consumer groups (`groups`), by their literal names `<prefix>.<group>`: no name
+    that merely starts with one;
+  * the operations host (`operates_dead_letters = true`: order) also reads every topic
+    and its dead-letter topic, and writes every topic: a replay re-reads a dead letter's
+    original record on its topic and sends only that (libs/outbox dead_letters), so what
+    it writes on another service's topic is what that service wrote there.
 Nothing else: the broker denies what no ACL allows (allow.everyone.if.no.acl.found=false).
 """
 
@@ -39,15 +45,23 @@ def acls(services: list[dict], prefix: str) -> list[str]:
         dlqs = [f"{t}.dlq" for t in consumed]
         if s.get("operates_dead_letters"):
             own = sorted(set(own) | set(every_topic))
+            consumed = sorted(set(consumed) | set(every_topic))
             dlqs = sorted(set(dlqs) | {f"{t}.dlq" for t in every_topic})
         if own:
-            lines.append(f"{user}|topic|literal|Write,Create,Describe,DescribeConfigs|{' '.join(own)}")
+            lines.append(f"{user}|topic|literal|Write,Describe,DescribeConfigs|{' '.join(own)}")
         if consumed:
-            lines.append(f"{user}|topic|literal|Read,Describe,Create|{' '.join(consumed)}")
+            lines.append(f"{user}|topic|literal|Read,Describe|{' '.join(consumed)}")
         if dlqs:
-            lines.append(f"{user}|topic|literal|Write,Create,Describe,Read|{' '.join(dlqs)}")
-        lines.append(f"{user}|group|prefixed|Read,Describe|{prefix}.{s['name']}")
+            lines.append(f"{user}|topic|literal|Write,Describe,Read|{' '.join(dlqs)}")
+        groups = [f"{prefix}.{g}" for g in s.get("groups") or []]
+        if groups:
+            lines.append(f"{user}|group|literal|Read,Describe|{' '.join(groups)}")
     return lines
+
+
+def topics(services: list[dict], prefix: str) -> list[str]:
+    """Every topic of services.toml and its dead-letter topic, which exist beforehand."""
+    return [f"{prefix}.{t}{dlq}" for s in services for t in s.get("topics") or [] for dlq in ("", ".dlq")]
 
 
 def main() -> None:
@@ -56,6 +70,8 @@ def main() -> None:
             print(s["name"])
     elif len(sys.argv) == 4 and sys.argv[1] == "acls":
         print("\n".join(acls(backends(sys.argv[2]), sys.argv[3])))
+    elif len(sys.argv) == 4 and sys.argv[1] == "topics":
+        print("\n".join(topics(backends(sys.argv[2]), sys.argv[3])))
     else:
         sys.exit(__doc__)
 

@@ -38,6 +38,9 @@ pub struct ServiceEntry {
     /// The aggregates whose topics its consumer reads.
     #[serde(default)]
     pub consumes: Vec<String>,
+    /// The consumer groups it uses (its ACLs name exactly these).
+    #[serde(default)]
+    pub groups: Vec<String>,
     /// Hosts the dead-letter operations (reads every `.dlq` topic, replays onto any topic).
     #[serde(default)]
     pub operates_dead_letters: bool,

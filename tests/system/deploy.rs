@@ -390,6 +390,30 @@ fn every_app_env_var_in_compose_and_k8s_is_a_key_of_that_services_settings() {
     assert!(problems.is_empty(), "unknown settings:\n{}", problems.join("\n"));
 }
 
+/// The Kafka ACLs name each service's consumer groups literally (services.toml's
+/// `groups`), so the group a service joins by default must be one of them, and the
+/// dead-letter host's reader group too.
+#[test]
+fn each_services_consumer_groups_are_those_its_kafka_acls_name() {
+    let file = ServicesToml::workspace();
+    for service in services() {
+        let entry = file.services.iter().find(|e| e.name == service.name).expect("listed");
+        let mut used: Vec<&str> =
+            service.defaults.pointer("/consumer/group_id").and_then(Json::as_str).into_iter().collect();
+        if entry.operates_dead_letters {
+            used.push(sagaworks_outbox::dead_letters::READER_GROUP);
+        }
+        for group in used {
+            assert!(
+                entry.groups.iter().any(|g| g == group),
+                "{}: group {group:?} is not in services.toml's groups {:?}",
+                service.name,
+                entry.groups
+            );
+        }
+    }
+}
+
 #[test]
 fn compose_and_k8s_ports_are_the_settings_default_ports() {
     let services = services();

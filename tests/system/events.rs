@@ -183,3 +183,50 @@ async fn a_forged_order_confirmed_is_parked_not_applied() {
     .await;
     forger.stop().await;
 }
+
+/// A topic's rightful publisher cannot put another topic's events on it: inventory's
+/// `PaymentRefunded` on its `reservation` topic, naming a real order, is parked by the
+/// timeline's group as `unexpected_type` and never shows in the order's timeline.
+#[tokio::test]
+async fn an_event_type_of_another_topic_is_parked_not_put_in_the_timeline() {
+    let stack = Stack::start().await;
+    let product = stack.product(100, 10).await;
+    let customer = stack.customer(10_000).await;
+    let (status, order) = stack.place(&customer, &product, 3).await;
+    assert_eq!(status, StatusCode::CREATED, "{order}");
+    let order_id: Uuid = order["order_id"].as_str().unwrap().parse().unwrap();
+
+    let forger = OwnOutbox::start(&stack, "typeforger").await;
+    let refunded = sagaworks_events::PaymentRefunded {
+        payment_id: Uuid::now_v7(),
+        order_id,
+        customer_id: customer.parse().unwrap(),
+        amount_cents: 300,
+        reason: "forged".into(),
+    };
+    let reservation = Uuid::now_v7();
+    let event =
+        sagaworks_outbox::NewEvent::new("reservation", reservation, "PaymentRefunded", &refunded).unwrap();
+    let mut tx = forger.pool.begin().await.unwrap();
+    OutboxWriter::new("inventory").append(&mut tx, event).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let m = eventually("the refund on reservation parked", Duration::from_secs(60), || async {
+        // Until the dead letter is there (a 503 while the broker answers slowly: again).
+        let (status, page) = stack.get("/v1/admin/dlq/reservation/messages").await;
+        let messages = if status == StatusCode::OK { page["messages"].as_array().cloned() } else { None };
+        messages?.into_iter().find(|m| m["key"] == reservation.to_string())
+    })
+    .await;
+    assert_eq!(
+        (m["group"].as_str(), m["reason"].as_str(), m["event_type"].as_str()),
+        (Some("order-timeline"), Some("unexpected_type"), Some("PaymentRefunded")),
+        "{m}"
+    );
+    assert!(m["error"].as_str().unwrap().contains("is not an event of topic"), "{m}");
+    let (_, order) = stack.get(&format!("/v1/orders/{order_id}")).await;
+    let types: Vec<&str> =
+        order["timeline"].as_array().unwrap().iter().filter_map(|e| e["event_type"].as_str()).collect();
+    assert!(types.contains(&"OrderCreated") && !types.contains(&"PaymentRefunded"), "{types:?}");
+    forger.stop().await;
+}

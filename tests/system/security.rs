@@ -1291,9 +1291,11 @@ async fn the_gateway_bounds_header_time_request_time_and_connections() {
 }
 
 /// Kafka with a SASL_SSL listener, a SCRAM user per service and the ACLs of services.toml
-/// (scripts/kafka's secure mode): a service writes its own topics and reads what it
-/// consumes; the broker refuses it another service's topic, a topic it does not consume,
-/// a wrong password and a plaintext client.
+/// (scripts/kafka's secure mode, which creates the topics beforehand): a service writes its
+/// own topics and reads what it consumes in its own consumer group; the broker refuses it
+/// another service's topic (also one it consumes), a topic it does not consume, creating a
+/// topic it reads, a group whose name only starts with its own, a wrong password and a
+/// plaintext client.
 #[tokio::test]
 async fn kafka_refuses_a_service_that_writes_another_services_topic() {
     use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -1308,9 +1310,9 @@ async fn kafka_refuses_a_service_that_writes_another_services_topic() {
     );
     let topic = |aggregate: &str| topic_name(&admin, aggregate);
     let one = TopicSettings { partitions: 1, replication_factor: 1 };
-    // Each owner creates its own topic (its ACLs allow Create on it).
-    ensure_topics(&payment, &[topic("payment")], one).await.expect("payment creates its topic");
-    ensure_topics(&admin, &[topic("order")], one).await.expect("admin creates order's topic");
+    // The topics exist beforehand: a client without Create finds them and asks nothing.
+    ensure_topics(&payment, &[topic("payment")], one).await.expect("payment finds its topic");
+    ensure_topics(&inventory, &[topic("order")], one).await.expect("inventory finds the topic it reads");
 
     let send = |kafka: sagaworks_config::KafkaSettings, topic: String| async move {
         let producer: FutureProducer =
@@ -1326,32 +1328,63 @@ async fn kafka_refuses_a_service_that_writes_another_services_topic() {
         KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed),
         "{refused:?}"
     );
+    // Inventory reads `order` (and writes its .dlq), but may not write it.
+    let refused = send(inventory.clone(), topic("order")).await.expect_err("inventory may not write order");
+    assert_eq!(
+        refused,
+        KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed),
+        "{refused:?}"
+    );
+    // Nor create it: a consumer has no Create on what it reads.
+    {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let client: AdminClient<rdkafka::client::DefaultClientContext> =
+            client_config(&inventory, &[]).create().unwrap();
+        let order = topic("order");
+        let new = NewTopic::new(&order, 1, TopicReplication::Fixed(1));
+        let created = client.create_topics([&new], &AdminOptions::new()).await.unwrap();
+        assert_eq!(
+            created,
+            vec![Err((order.clone(), RDKafkaErrorCode::TopicAuthorizationFailed))],
+            "not TopicAlreadyExists: inventory may not create topics"
+        );
+    }
+    send(admin.clone(), topic("order")).await.expect("admin writes order");
 
-    // Inventory consumes `order`, not `payment`.
-    let consume = |kafka: sagaworks_config::KafkaSettings, topic: String| {
+    // Inventory consumes `order`, not `payment`, in its group `<prefix>.inventory` only.
+    let consume_in = |kafka: sagaworks_config::KafkaSettings, topic: String, group: String| {
         let consumer: BaseConsumer =
-            client_config(&kafka, &[("group.id", &format!("{}.inventory", kafka.topic_prefix))])
+            client_config(&kafka, &[("group.id", &group), ("auto.offset.reset", "earliest")])
                 .create()
                 .unwrap();
         consumer.subscribe(&[&topic]).unwrap();
-        // Up to 30 s of polls: the first error or message decides.
+        // Up to 30 s of polls: the first error or message decides (`false`: neither came).
         for _ in 0..300 {
             match consumer.poll(Duration::from_millis(100)) {
                 Some(Err(e)) => return Err(e),
-                Some(Ok(_)) => return Ok(()),
+                Some(Ok(_)) => return Ok(true),
                 None => {}
             }
         }
-        Ok(())
+        Ok(false)
     };
-    let refused = tokio::task::spawn_blocking({
-        let (inventory, topic) = (inventory.clone(), topic("payment"));
-        move || consume(inventory, topic)
-    })
-    .await
-    .unwrap()
-    .expect_err("inventory may not read payment's topic");
+    let consume = |kafka: &sagaworks_config::KafkaSettings, topic: String, group: &str| {
+        let (kafka, group) = (kafka.clone(), format!("{}.{group}", kafka.topic_prefix));
+        tokio::task::spawn_blocking(move || consume_in(kafka, topic, group))
+    };
+    let read = consume(&inventory, topic("order"), "inventory").await.unwrap();
+    assert!(read.expect("inventory reads order in its group"), "no message within 30 s");
+    let refused = consume(&inventory, topic("payment"), "inventory")
+        .await
+        .unwrap()
+        .expect_err("inventory may not read payment's topic");
     assert!(format!("{refused:?}").contains("TopicAuthorizationFailed"), "{refused:?}");
+    // A group named like inventory's plus a suffix is not inventory's.
+    let refused = consume(&inventory, topic("order"), "inventory-x")
+        .await
+        .unwrap()
+        .expect_err("inventory may not use a group that only starts with its name");
+    assert!(format!("{refused:?}").contains("GroupAuthorizationFailed"), "{refused:?}");
 
     let wrong =
         sagaworks_config::KafkaSettings { sasl_password: "not-the-password".into(), ..payment.clone() };

@@ -253,7 +253,8 @@ fn dead_letter_message(topic: &Topic) -> Value {
                          "dlq_original_partition", "dlq_original_offset", "dlq_group"],
             "properties": {
                 "dlq_reason": { "type": "string", "enum": ["invalid_envelope", "rejected", "retries_exhausted",
-                                                           "unsupported_schema_version"],
+                                                           "unsupported_schema_version", "untrusted_source",
+                                                           "unexpected_type"],
                                 "description": "Why it was parked." },
                 "dlq_error": string("The handler's last error."),
                 "dlq_attempts": string("Handling attempts made."),

@@ -12,6 +12,7 @@ use crate::payment::*;
 use sagaworks_outbox::Event;
 use schemars::JsonSchema;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use uuid::Uuid;
 
 /// One version of one event.
@@ -100,6 +101,19 @@ const TOPICS: &[Topic] = &[
         consumers: &[timeline(&[PaymentCharged::TYPE, PaymentRefunded::TYPE])],
     },
 ];
+
+/// Per topic (aggregate), the event types its publisher writes on it: the only ones a
+/// consumer accepts there (`sagaworks_outbox::ConsumerSettings::types`; the services hand
+/// this table in, since the outbox does not know the catalog). A topic without events
+/// has an empty list.
+pub fn topic_types() -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> =
+        TOPICS.iter().map(|t| (t.aggregate.to_string(), Vec::new())).collect();
+    for (aggregate, event_type) in AnyEvent::ON_TOPICS {
+        out.entry(aggregate.to_string()).or_default().push(event_type.to_string());
+    }
+    out
+}
 
 /// Every version of every event, grouped by topic.
 pub fn contracts() -> Vec<Contract> {
@@ -315,6 +329,19 @@ mod tests {
                 "{t}: the newest version is the current one"
             );
         }
+    }
+
+    #[test]
+    fn topic_types_are_exactly_the_contracts_types_per_topic() {
+        let mut want: BTreeMap<String, BTreeSet<String>> =
+            topics().iter().map(|t| (t.aggregate.to_string(), BTreeSet::new())).collect();
+        for c in contracts() {
+            want.get_mut(c.aggregate).expect("on a topic").insert(c.event_type.to_string());
+        }
+        let got: BTreeMap<String, BTreeSet<String>> =
+            topic_types().into_iter().map(|(t, types)| (t, types.into_iter().collect())).collect();
+        assert_eq!(got, want);
+        assert!(!got["reservation"].contains("PaymentRefunded"));
     }
 
     #[test]

@@ -89,6 +89,12 @@ macro_rules! dispatch {
             pub const TYPES: &'static [&'static str] =
                 &[$(<$ty as $crate::__private::Event>::TYPE),+];
 
+            /// `(aggregate, type)` of each type this enum reads: the topic it is on.
+            pub const ON_TOPICS: &'static [(&'static str, &'static str)] = &[$((
+                <$ty as $crate::__private::Event>::AGGREGATE,
+                <$ty as $crate::__private::Event>::TYPE,
+            )),+];
+
             /// Whether `event_type` is one this enum reads.
             pub fn reads(event_type: &str) -> bool {
                 Self::TYPES.contains(&event_type)

@@ -16,7 +16,18 @@
 //! * **Replay** sends the selected *pending* messages (one, all of one key, or
 //!   all) back to their original topic and partition with their key, payload
 //!   and headers (minus the `dlq_*` ones, plus `dlq_replayed_from`), in their
-//!   original order (by original partition and offset). The idempotent
+//!   original order (by original partition and offset).
+//! * **A replay sends only what the topic's publisher wrote.** Every consumer
+//!   of a topic may write its `.dlq` topic, so a dead letter's headers and
+//!   payload prove nothing. Before anything is sent, each selected message's
+//!   original record is read again from the position its `dlq_original_*`
+//!   headers name, which must be in the replayed topic itself; the record sent
+//!   is that original (its key, payload and headers). A message whose original
+//!   is gone (no position, below the low watermark, past the end) or differs
+//!   from it (key, payload or a `ce_*` header) is refused: the whole call sends
+//!   nothing and fails with [`DeadLetterError::Refused`], each refused message
+//!   is recorded in `dead_letter_refusals` (who asked, why it was refused) and
+//!   stays pending, for an operator to discard. The idempotent
 //!   consumer makes this safe: a group that already handled a replayed event
 //!   finds it in its inbox and skips it; one that failed on it handles it now.
 //!   A message two groups dead-lettered is in the DLQ twice; it is sent once.
@@ -62,6 +73,9 @@ use tokio_util::sync::CancellationToken;
 pub const DLQ_SIZE: &str = "dlq_size";
 /// Gauge: messages in a dead-letter topic neither replayed nor discarded.
 pub const DLQ_PENDING: &str = "dlq_pending";
+
+/// The consumer group of the dead-letter reader (`<prefix>.dead-letters` on Kafka).
+pub const READER_GROUP: &str = "dead-letters";
 
 /// How long one broker request of an operator call may take.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -186,7 +200,8 @@ pub struct DeadLetter {
     pub original: Option<Position>,
     /// The consumer group that dead-lettered it.
     pub group: Option<String>,
-    /// Why it was parked (`dlq_reason`: `invalid_envelope`, `rejected`, `retries_exhausted`, `unsupported_schema_version` or `untrusted_source`); none on
+    /// Why it was parked (`dlq_reason`: `invalid_envelope`, `rejected`, `retries_exhausted`,
+    /// `unsupported_schema_version`, `untrusted_source` or `unexpected_type`); none on
     /// messages parked before the header existed.
     pub reason: Option<String>,
     pub error: String,
@@ -270,12 +285,27 @@ pub enum DeadLetterError {
     NotPending { id: MessageId, state: State },
     #[error("the Idempotency-Key was used for a different request")]
     KeyReused,
+    /// Messages that are not what the topic's publisher wrote (see the module
+    /// docs); nothing was sent.
+    #[error("replay refused, nothing sent: {}", refusals(.0))]
+    Refused(Vec<Refusal>),
     #[error("{0}")]
     Invalid(String),
     #[error("kafka: {0}")]
     Kafka(#[from] KafkaError),
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
+}
+
+/// A dead letter a replay refused, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub id: MessageId,
+    pub why: String,
+}
+
+fn refusals(all: &[Refusal]) -> String {
+    all.iter().map(|r| format!("message {}: {}", r.id, r.why)).collect::<Vec<_>>().join("; ")
 }
 
 /// The dead-letter topics of [`DeadLetterSettings::topics`] (see the module docs).
@@ -302,8 +332,10 @@ impl DeadLetters {
         settings: DeadLetterSettings,
     ) -> Result<Self, OutboxError> {
         let mut config = kafka::client_config(kafka, &[("fetch.wait.max.ms", "100")]);
-        // Assigned, never subscribed: the group id is never joined nor committed to.
-        config.set("group.id", "sagaworks-dead-letters").set("enable.auto.commit", "false");
+        // Assigned, never subscribed: the group is never joined nor committed to, but
+        // librdkafka assigns only with a group and looks up its coordinator, which takes
+        // Describe on it (services.toml lists it among the host's `groups`).
+        config.set("group.id", kafka::group_name(kafka, READER_GROUP)).set("enable.auto.commit", "false");
         let reader: StreamConsumer = config.create()?;
         let producer: FutureProducer =
             kafka::client_config(kafka, &[("acks", "all"), ("enable.idempotence", "true")]).create()?;
@@ -450,17 +482,24 @@ impl DeadLetters {
         {
             return Err(self.not_pending(&dlq_topic, id).await);
         }
+        let chosen: Vec<&RawMessage> = chosen.iter().filter(|m| taken.contains(&m.id)).collect();
+        let (originals, refused) = self.originals(&original_topic, &chosen).await?;
+        if !refused.is_empty() {
+            tx.rollback().await?;
+            self.record_refusals(&dlq_topic, operator, &refused).await?;
+            tracing::warn!(dlq = %dlq_topic, actor = %operator.actor, refused = %refusals(&refused),
+                "dead-letter replay refused: not what the topic's publisher wrote");
+            return Err(DeadLetterError::Refused(refused));
+        }
         let mut sent = HashSet::new();
         let mut ids = Vec::new();
-        for m in chosen.iter().filter(|m| taken.contains(&m.id)) {
+        for (m, original) in chosen.iter().zip(&originals) {
             ids.push(m.id);
             // A message two groups dead-lettered is in the DLQ twice: send it once.
-            if let Some(original) = m.original_position()
-                && !sent.insert(original)
-            {
+            if !sent.insert(original.id) {
                 continue;
             }
-            self.send_back(&original_topic, &dlq_topic, m).await?;
+            self.send_back(&original_topic, &dlq_topic, m.id, original).await?;
         }
         tx.commit().await?;
         tracing::info!(dlq = %dlq_topic, messages = ids.len(), actor = %operator.actor, reason = %operator.reason,
@@ -562,28 +601,91 @@ impl DeadLetters {
         }
     }
 
+    /// Per message of `chosen`, its original record in `original_topic`, or
+    /// why there is none that it matches (see the module docs).
+    async fn originals(
+        &self,
+        original_topic: &str,
+        chosen: &[&RawMessage],
+    ) -> Result<(Vec<RawMessage>, Vec<Refusal>), DeadLetterError> {
+        let mut originals = Vec::with_capacity(chosen.len());
+        let mut refused = Vec::new();
+        for m in chosen {
+            let why = match m.original_in(original_topic) {
+                Err(why) => Some(why),
+                Ok(at) => match self.read_at(original_topic, at).await? {
+                    None => {
+                        Some(format!("its original {original_topic}/{}/{} is gone", at.partition, at.offset))
+                    }
+                    Some(original) => match m.differs_from(&original) {
+                        Some(what) => Some(format!(
+                            "its {what} differs from its original {original_topic}/{}/{}",
+                            at.partition, at.offset
+                        )),
+                        None => {
+                            originals.push(original);
+                            None
+                        }
+                    },
+                },
+            };
+            if let Some(why) = why {
+                refused.push(Refusal { id: m.id, why });
+            }
+        }
+        Ok((originals, refused))
+    }
+
+    /// Records the `refused` messages of a replay by `operator`.
+    async fn record_refusals(
+        &self,
+        dlq_topic: &str,
+        operator: &Operator,
+        refused: &[Refusal],
+    ) -> Result<(), DeadLetterError> {
+        let partitions: Vec<i32> = refused.iter().map(|r| r.id.partition).collect();
+        let offsets: Vec<i64> = refused.iter().map(|r| r.id.offset).collect();
+        let whys: Vec<&str> = refused.iter().map(|r| r.why.as_str()).collect();
+        sqlx::query(
+            "INSERT INTO dead_letter_refusals (dlq_topic, dlq_partition, dlq_offset, idempotency_key, actor, reason, why)
+             SELECT $1, p, o, $2, $3, $4, w FROM unnest($5::int[], $6::bigint[], $7::text[]) AS m(p, o, w)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(dlq_topic)
+        .bind(&operator.idempotency_key)
+        .bind(&operator.actor)
+        .bind(&operator.reason)
+        .bind(&partitions)
+        .bind(&offsets)
+        .bind(&whys)
+        .execute(&self.inner.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Sends `original` (a record read from `original_topic`) to its partition
+    /// there again, marked as replayed from dead letter `from`.
     async fn send_back(
         &self,
         original_topic: &str,
         dlq_topic: &str,
-        m: &RawMessage,
+        from: MessageId,
+        original: &RawMessage,
     ) -> Result<(), DeadLetterError> {
-        let from = format!("{dlq_topic}/{}/{}", m.id.partition, m.id.offset);
+        let from = format!("{dlq_topic}/{}/{}", from.partition, from.offset);
         let mut h = OwnedHeaders::new();
-        for (name, value) in &m.headers {
+        for (name, value) in &original.headers {
             if !name.starts_with("dlq_") {
                 h = h.insert(Header { key: name, value: value.as_deref() });
             }
         }
         h = h.insert(Header { key: headers::DLQ_REPLAYED_FROM, value: Some(&from) });
-        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(original_topic).headers(h);
-        if let Some((partition, _)) = m.original_position() {
-            record = record.partition(partition);
-        }
-        if let Some(k) = &m.key {
+        let mut record: FutureRecord<'_, [u8], [u8]> =
+            FutureRecord::to(original_topic).partition(original.id.partition).headers(h);
+        if let Some(k) = &original.key {
             record = record.key(k);
         }
-        if let Some(p) = &m.payload {
+        if let Some(p) = &original.payload {
             record = record.payload(p);
         }
         self.inner.producer.send(record, BROKER_TIMEOUT).await.map_err(|(e, _)| e)?;
@@ -706,24 +808,29 @@ impl DeadLetters {
     }
 
     async fn read_one(&self, dlq_topic: &str, id: MessageId) -> Result<RawMessage, DeadLetterError> {
-        let marks = self.watermarks(dlq_topic).await?;
+        self.read_at(dlq_topic, id).await?.ok_or(DeadLetterError::NotFound(id))
+    }
+
+    /// The record of `topic` at `at`, if the topic holds it.
+    async fn read_at(&self, topic: &str, at: MessageId) -> Result<Option<RawMessage>, DeadLetterError> {
+        let marks = self.watermarks(topic).await?;
         let inside =
-            marks.iter().any(|(p, low, high)| *p == id.partition && (*low..*high).contains(&id.offset));
+            marks.iter().any(|(p, low, high)| *p == at.partition && (*low..*high).contains(&at.offset));
         if !inside {
-            return Err(DeadLetterError::NotFound(id));
+            return Ok(None);
         }
         let _reading = self.inner.reading.lock().await;
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(dlq_topic, id.partition, Offset::Offset(id.offset))?;
+        tpl.add_partition_offset(topic, at.partition, Offset::Offset(at.offset))?;
         self.inner.reader.assign(&tpl)?;
         let found = loop {
             let msg = recv(&self.inner.reader).await?;
-            if msg.partition() == id.partition && msg.offset() >= id.offset {
-                break (msg.offset() == id.offset).then(|| RawMessage::from(&msg));
+            if msg.topic() == topic && msg.partition() == at.partition && msg.offset() >= at.offset {
+                break (msg.offset() == at.offset).then(|| RawMessage::from(&msg));
             }
         };
         self.inner.reader.unassign()?;
-        found.ok_or(DeadLetterError::NotFound(id))
+        Ok(found)
     }
 }
 
@@ -783,7 +890,7 @@ struct RawMessage {
     id: MessageId,
     key: Option<Vec<u8>>,
     payload: Option<Vec<u8>>,
-    headers: Vec<(String, Option<String>)>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
     timestamp: Option<i64>,
 }
 
@@ -791,11 +898,7 @@ impl RawMessage {
     fn from(msg: &BorrowedMessage<'_>) -> Self {
         let headers = msg
             .headers()
-            .map(|h| {
-                h.iter()
-                    .map(|h| (h.key.to_string(), h.value.map(|v| String::from_utf8_lossy(v).into_owned())))
-                    .collect()
-            })
+            .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec))).collect())
             .unwrap_or_default();
         Self {
             id: MessageId { partition: msg.partition(), offset: msg.offset() },
@@ -807,7 +910,12 @@ impl RawMessage {
     }
 
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().rev().find(|(k, _)| k == name).and_then(|(_, v)| v.as_deref())
+        self.headers
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.as_deref())
+            .and_then(|v| std::str::from_utf8(v).ok())
     }
 
     /// `(partition, offset)` in the original topic, from the `dlq_original_*` headers.
@@ -815,6 +923,39 @@ impl RawMessage {
         let partition = self.header(headers::DLQ_ORIGINAL_PARTITION)?.parse().ok()?;
         let offset = self.header(headers::DLQ_ORIGINAL_OFFSET)?.parse().ok()?;
         Some((partition, offset))
+    }
+
+    /// Where in `topic` the `dlq_original_*` headers say this message was
+    /// consumed, or why they name no place there.
+    fn original_in(&self, topic: &str) -> Result<MessageId, String> {
+        match self.header(headers::DLQ_ORIGINAL_TOPIC) {
+            Some(t) if t == topic => {}
+            Some(t) => return Err(format!("it names {t:?} as its original topic, not {topic:?}")),
+            None => return Err(format!("it has no {} header", headers::DLQ_ORIGINAL_TOPIC)),
+        }
+        let (partition, offset) = self.original_position().ok_or_else(|| {
+            format!(
+                "it has no valid {} and {} headers",
+                headers::DLQ_ORIGINAL_PARTITION,
+                headers::DLQ_ORIGINAL_OFFSET
+            )
+        })?;
+        Ok(MessageId { partition, offset })
+    }
+
+    /// What of this dead letter is not as in `original` (`None`: key, payload
+    /// and `ce_*` headers are the same).
+    fn differs_from(&self, original: &RawMessage) -> Option<String> {
+        if self.key != original.key {
+            return Some("key".into());
+        }
+        if self.payload != original.payload {
+            return Some("payload".into());
+        }
+        let ce = |m: &RawMessage| -> Vec<(String, Option<Vec<u8>>)> {
+            m.headers.iter().filter(|(k, _)| k.starts_with("ce_")).cloned().collect()
+        };
+        (ce(self) != ce(original)).then(|| "ce_* headers".into())
     }
 
     fn into_dead_letter(
@@ -851,7 +992,13 @@ impl RawMessage {
             dead_lettered_at: self.timestamp.and_then(DateTime::from_timestamp_millis),
             event_id: self.header(headers::CE_ID).map(str::to_string),
             event_type: self.header(headers::CE_TYPE).map(str::to_string),
-            headers: self.headers.iter().map(|(k, v)| (k.clone(), v.clone().unwrap_or_default())).collect(),
+            headers: self
+                .headers
+                .iter()
+                .map(|(k, v)| {
+                    (k.clone(), String::from_utf8_lossy(v.as_deref().unwrap_or_default()).into_owned())
+                })
+                .collect(),
             payload: String::from_utf8_lossy(shown).into_owned(),
             payload_bytes: payload.len(),
             payload_truncated: payload.len() > shown.len(),

@@ -17,6 +17,8 @@ pub enum OutboxError {
         "consumer.sources names no publisher for topic {topic}: add `{topic} = \"/sagaworks/<service>\"`"
     )]
     NoSource { topic: String },
+    #[error("consumer.types names no event types for topic {topic}")]
+    NoTypes { topic: String },
 }
 
 /// How services answer an outbox failure over gRPC: database trouble as

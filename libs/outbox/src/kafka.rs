@@ -41,7 +41,8 @@ pub mod headers {
     /// The CloudEvents version written into `ce_specversion`.
     pub const SPECVERSION: &str = "1.0";
 
-    /// Why the message was parked: `invalid_envelope`, `rejected`, `retries_exhausted`, `unsupported_schema_version` or `untrusted_source`.
+    /// Why the message was parked: `invalid_envelope`, `rejected`, `retries_exhausted`,
+    /// `unsupported_schema_version`, `untrusted_source` or `unexpected_type`.
     pub const DLQ_REASON: &str = "dlq_reason";
     pub const DLQ_ERROR: &str = "dlq_error";
     pub const DLQ_ATTEMPTS: &str = "dlq_attempts";
@@ -110,6 +111,10 @@ pub fn client_config(kafka: &KafkaSettings, defaults: &[(&str, &str)]) -> Client
 }
 
 /// Creates every topic in `topics` that does not exist yet.
+///
+/// Only the missing ones are asked for: where the topics are created beforehand (the
+/// deployments' init step, scripts/kafka with ACLs), a client without Create on them
+/// finds them in the metadata and sends no CreateTopics at all.
 pub async fn ensure_topics(
     kafka: &KafkaSettings,
     topics: &[String],
@@ -119,8 +124,12 @@ pub async fn ensure_topics(
         return Ok(());
     }
     let admin: AdminClient<DefaultClientContext> = client_config(kafka, &[]).create()?;
-    let admin = OffRuntimeDrop::new(admin, "admin");
-    let new: Vec<NewTopic<'_>> = topics
+    let admin = std::sync::Arc::new(OffRuntimeDrop::new(admin, "admin"));
+    let missing = missing_topics(&admin, topics).await?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let new: Vec<NewTopic<'_>> = missing
         .iter()
         .map(|t| NewTopic::new(t, settings.partitions, TopicReplication::Fixed(settings.replication_factor)))
         .collect();
@@ -136,6 +145,24 @@ pub async fn ensure_topics(
         }
     }
     Ok(())
+}
+
+/// Those of `topics` that the broker's metadata does not list (a topic the client may
+/// not describe counts as missing).
+async fn missing_topics(
+    admin: &std::sync::Arc<OffRuntimeDrop<AdminClient<DefaultClientContext>>>,
+    topics: &[String],
+) -> Result<Vec<String>, OutboxError> {
+    let admin = std::sync::Arc::clone(admin);
+    let topics = topics.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let metadata = admin.inner().fetch_metadata(None, Duration::from_secs(5))?;
+        let present: std::collections::HashSet<&str> =
+            metadata.topics().iter().filter(|t| t.error().is_none()).map(|t| t.name()).collect();
+        Ok(topics.into_iter().filter(|t| !present.contains(t.as_str())).collect())
+    })
+    .await
+    .expect("the metadata task does not panic")
 }
 
 /// Drops `client` (a producer, consumer or admin client) on a thread of its

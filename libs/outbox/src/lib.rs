@@ -105,7 +105,7 @@ pub use consumer::{
     Consumer, ConsumerSettings, Handler, HandlerError, ReceivedEvent, UnsupportedVersionPolicy,
 };
 pub use crash::{ConsumerCrashPoint, RelayCrashPoint};
-pub use dead_letters::{DeadLetterError, DeadLetterSettings, DeadLetters};
+pub use dead_letters::{DeadLetterError, DeadLetterSettings, DeadLetters, Refusal};
 pub use error::OutboxError;
 pub use event::{DecodeError, Event, decode_payload};
 pub use health::BrokerCheck;

@@ -11,7 +11,7 @@ use sagaworks_outbox::dead_letters::{
 };
 use sagaworks_outbox::kafka::topic_name;
 use sagaworks_outbox::{
-    Consumer, DeadLetterSettings, DeadLetters, Handler, HandlerError, ReceivedEvent, Relay,
+    Consumer, DeadLetterSettings, DeadLetters, Handler, HandlerError, ReceivedEvent, Relay, RelaySettings,
 };
 use sqlx::{PgConnection, PgPool};
 use std::time::Duration;
@@ -278,4 +278,123 @@ async fn a_discarded_message_is_recorded_and_no_longer_replayed() {
     assert_eq!(next.messages[0].id, qs[1].id);
     assert_eq!(next.next_cursor, None, "the last page");
     s.stop().await;
+}
+
+/// The forgery a compromised consumer of a topic can make: its own Kafka user may write
+/// the topic's `.dlq`, so it plants dead letters there that claim the publisher's
+/// source and a believable original position. On a broker that enforces the ACLs of
+/// services.toml, inventory's user plants two on `order.dlq`; a replay of everything
+/// pending (as order, the dead-letter host) refuses them, records the refusal, and sends
+/// nothing to `order`. Once they are discarded, the genuine dead letter replays: what
+/// reaches `order` is its original record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_forged_by_another_services_user_is_refused_audited_and_never_replayed() {
+    use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    use sagaworks_outbox::{NewEvent, OutboxWriter};
+
+    let env = env_on("dlq_forged", sagaworks_test_support::Broker::secured().await).await;
+    let (order, inventory) =
+        (env.broker.kafka_settings_as("order"), env.broker.kafka_settings_as("inventory"));
+    let topic = topic_name(&env.kafka, "order");
+    let dlq = format!("{topic}.dlq");
+    let one = sagaworks_outbox::kafka::TopicSettings { partitions: 1, replication_factor: 1 };
+    sagaworks_outbox::kafka::ensure_topics(&env.kafka, &[topic.clone(), dlq.clone()], one).await.unwrap();
+
+    // Order publishes an event; its timeline group rejects it: a genuine dead letter.
+    let mut tx = env.pool.begin().await.unwrap();
+    let event = NewEvent::new("order", "o-1", "OrderConfirmed", serde_json::json!({ "n": 1 })).unwrap();
+    OutboxWriter::new("order").append(&mut tx, event).await.unwrap();
+    tx.commit().await.unwrap();
+    let relay =
+        Relay::new(env.pool.clone(), &order, RelaySettings { service: "order".into(), ..relay_settings() })
+            .unwrap();
+    let script = Script { permanent: vec![1], ..Default::default() };
+    let timeline = Consumer::new(
+        env.pool.clone(),
+        &order,
+        consumer_settings("order-timeline", &["order"]),
+        Recorder { script, ..Default::default() },
+    )
+    .unwrap();
+    let running = [Running::spawn(|t| relay.run(t)), Running::spawn(|t| timeline.run(t))];
+    let genuine = read_topic(&env.kafka, &dlq, WAIT, |m| !m.is_empty()).await.remove(0);
+    for r in running {
+        r.stop().await;
+    }
+
+    // Inventory's user plants two: a copy with another payload and a fresh id, and a
+    // copy whose original position is past the end of `order`.
+    let forge = |payload: &'static str, offset: &'static str| {
+        let mut h = OwnedHeaders::new();
+        for x in genuine.headers().unwrap().iter() {
+            let value = match x.key {
+                "ce_id" => Some(uuid::Uuid::now_v7().to_string().into_bytes()),
+                "dlq_original_offset" => Some(offset.as_bytes().to_vec()),
+                _ => x.value.map(<[u8]>::to_vec),
+            };
+            h = h.insert(Header { key: x.key, value: value.as_deref() });
+        }
+        (h, payload)
+    };
+    let producer: FutureProducer =
+        sagaworks_outbox::kafka::client_config(&inventory, &[("acks", "all")]).create().unwrap();
+    for (h, payload) in [forge(r#"{"n":2}"#, "0"), forge(r#"{"n":1}"#, "999")] {
+        let record = FutureRecord::to(&dlq).key("o-1").payload(payload).headers(h);
+        producer.send(record, Duration::from_secs(10)).await.expect("inventory may write order's DLQ");
+    }
+
+    let dead = DeadLetters::new(
+        env.pool.clone(),
+        &order,
+        DeadLetterSettings { topics: vec!["order".into()], ..Default::default() },
+    )
+    .unwrap();
+    let listed = dead.list("order", &ListFilter::default(), None, 10).await.unwrap().messages;
+    assert_eq!(listed.len(), 3, "{listed:#?}");
+    assert!(listed.iter().all(|m| m.headers["ce_source"] == "/sagaworks/order"), "they look alike");
+    let before = high_watermarks(&env.kafka, &topic).await;
+
+    let refused = dead.replay("order", Selector::AllPending, &operator("all-1", "replay all")).await;
+    let Err(DeadLetterError::Refused(refusals)) = refused else { panic!("not refused: {refused:?}") };
+    let whys: Vec<(MessageId, &str)> = refusals.iter().map(|r| (r.id, r.why.as_str())).collect();
+    assert_eq!(whys.len(), 2, "{whys:?}");
+    assert_eq!(whys[0].0, listed[1].id);
+    assert!(whys[0].1.starts_with("its payload differs from its original"), "{whys:?}");
+    assert_eq!(whys[1].0, listed[2].id);
+    assert!(whys[1].1.contains("is gone"), "{whys:?}");
+    assert_eq!(high_watermarks(&env.kafka, &topic).await, before, "nothing reached order");
+    let audit: Vec<(i64, String, String, String)> = sqlx::query_as(
+        "SELECT dlq_offset, actor, reason, why FROM dead_letter_refusals WHERE dlq_topic = $1 ORDER BY dlq_offset",
+    )
+    .bind(&dlq)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    let audited: Vec<(i64, &str, &str, &str)> =
+        audit.iter().map(|(o, a, r, w)| (*o, a.as_str(), r.as_str(), w.as_str())).collect();
+    assert_eq!(
+        audited,
+        vec![
+            (listed[1].id.offset, "ops-anna", "replay all", whys[0].1),
+            (listed[2].id.offset, "ops-anna", "replay all", whys[1].1),
+        ]
+    );
+    assert_eq!(count(&env.pool, "SELECT count(*) FROM dead_letter_requests").await, 0, "no replay recorded");
+    let pending = ListFilter { state: Some(State::Pending), ..Default::default() };
+    assert_eq!(dead.list("order", &pending, None, 10).await.unwrap().messages.len(), 3, "all stay pending");
+
+    // Discarded, the forgeries leave the genuine one, which replays its original.
+    for (k, m) in listed[1..].iter().enumerate() {
+        dead.discard("order", m.id, &operator(&format!("d{k}"), "forged")).await.unwrap();
+    }
+    let done = dead.replay("order", Selector::AllPending, &operator("all-2", "replay all")).await.unwrap();
+    assert_eq!(done.ids, vec![listed[0].id]);
+    let on_order = read_topic(&env.kafka, &topic, WAIT, |m| m.len() >= 2).await;
+    assert_eq!(on_order.len(), 2, "the original and its replay");
+    let (original, replayed) = (&on_order[0], &on_order[1]);
+    let from = format!("{dlq}/{}/{}", listed[0].id.partition, listed[0].id.offset);
+    assert_eq!(header(replayed, "dlq_replayed_from"), Some(from.as_str()));
+    assert_eq!((replayed.key(), replayed.payload()), (original.key(), original.payload()));
+    assert_eq!(header(replayed, "ce_id"), header(original, "ce_id"));
 }

@@ -13,7 +13,9 @@
 //!   `min.insync.replicas` 2), whose nodes the test may kill, stop (SIGSTOP) and
 //!   restart one by one.
 //! * [`Broker::secured`] — a single node of its own whose authorizer enforces the ACLs
-//!   of services.toml for one topic prefix (the one [`Broker::kafka_settings`] gives).
+//!   of services.toml for one topic prefix (the one [`Broker::kafka_settings`] gives),
+//!   with the topics of services.toml and their `.dlq` created beforehand, as a
+//!   deployment's init step does (no service may create one).
 //!
 //! A private broker's certificate is issued by the test process's CA ([`crate::certs`]);
 //! the shared one's by the CA scripts/test made for it. A private broker lives under

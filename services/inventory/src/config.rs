@@ -55,6 +55,8 @@ impl Default for Settings {
                 batch_wait_ms: 50,
                 // Only each topic's publisher (services.toml) is believed.
                 sources: sagaworks_mtls::topic_sources(),
+                // And only the event types the catalog puts on each topic.
+                types: sagaworks_events::catalog::topic_types(),
                 ..Default::default()
             },
         }

@@ -57,7 +57,9 @@ impl From<Error> for Status {
                     DeadLetterError::UnknownTopic(_) | DeadLetterError::NotFound(_) => {
                         Status::not_found(e.to_string())
                     }
-                    DeadLetterError::NotPending { .. } => Status::failed_precondition(e.to_string()),
+                    DeadLetterError::NotPending { .. } | DeadLetterError::Refused(_) => {
+                        Status::failed_precondition(e.to_string())
+                    }
                     DeadLetterError::KeyReused => {
                         sagaworks_errors::status::invalid_argument("idempotency_key", e.to_string())
                     }

@@ -27,6 +27,8 @@ pub(crate) enum DlqReason {
     UnsupportedSchemaVersion,
     /// Its `ce_source` is not the topic's publisher ([`ConsumerSettings::sources`]).
     UntrustedSource,
+    /// Its `ce_type` is not one the topic carries ([`ConsumerSettings::types`]).
+    UnexpectedType,
 }
 
 impl DlqReason {
@@ -37,6 +39,7 @@ impl DlqReason {
             Self::RetriesExhausted => "retries_exhausted",
             Self::UnsupportedSchemaVersion => "unsupported_schema_version",
             Self::UntrustedSource => "untrusted_source",
+            Self::UnexpectedType => "unexpected_type",
         }
     }
 }

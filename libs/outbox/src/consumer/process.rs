@@ -39,23 +39,34 @@ impl Outcome {
 }
 
 impl<H: Handler> Consumer<H> {
-    /// Why `event` is not from its topic's publisher, if it is not (see
-    /// [`ConsumerSettings::sources`]).
-    fn untrusted(&self, event: &ReceivedEvent) -> Option<String> {
-        if self.settings.sources.is_empty() {
-            return None;
-        }
+    /// Why `event` is not believed, if it is not: the reason it is parked under and the
+    /// error (see [`ConsumerSettings::sources`] and [`ConsumerSettings::types`]).
+    fn distrusted(&self, event: &ReceivedEvent) -> Option<(DlqReason, String)> {
         let aggregate = (event.topic.strip_prefix(self.kafka.topic_prefix.as_str()))
             .and_then(|rest| rest.strip_prefix('.'))
             .unwrap_or(&event.topic);
-        match self.settings.sources.get(aggregate) {
-            Some(expected) if *expected == event.source => None,
-            Some(expected) => Some(format!(
-                "ce_source {:?} is not {expected:?}, the publisher of topic {}",
-                event.source, event.topic
-            )),
-            None => Some(format!("topic {} has no known publisher", event.topic)),
+        let untrusted = |why| Some((DlqReason::UntrustedSource, why));
+        if !self.settings.sources.is_empty() {
+            match self.settings.sources.get(aggregate) {
+                Some(expected) if *expected == event.source => {}
+                Some(expected) => {
+                    return untrusted(format!(
+                        "ce_source {:?} is not {expected:?}, the publisher of topic {}",
+                        event.source, event.topic
+                    ));
+                }
+                None => return untrusted(format!("topic {} has no known publisher", event.topic)),
+            }
         }
+        if !self.settings.types.is_empty()
+            && !self.settings.types.get(aggregate).is_some_and(|types| types.contains(&event.event_type))
+        {
+            return Some((
+                DlqReason::UnexpectedType,
+                format!("ce_type {:?} is not an event of topic {}", event.event_type, event.topic),
+            ));
+        }
+        None
     }
 
     /// Handles one message inside its `process {topic}` span: a new trace,
@@ -80,10 +91,11 @@ impl<H: Handler> Consumer<H> {
                 tracing::warn!(error = %e, topic = msg.topic(), offset = msg.offset(), "poison message");
                 self.dead_letter(msg, DlqReason::InvalidEnvelope, &e.to_string(), 1, shutdown).await?
             }
-            Ok(event) => match self.untrusted(&event) {
-                Some(why) => {
-                    tracing::warn!(%why, topic = msg.topic(), offset = msg.offset(), "untrusted source");
-                    self.dead_letter(msg, DlqReason::UntrustedSource, &why, 1, shutdown).await?
+            Ok(event) => match self.distrusted(&event) {
+                Some((reason, why)) => {
+                    tracing::warn!(%why, topic = msg.topic(), offset = msg.offset(), reason = reason.label(),
+                        "event not believed");
+                    self.dead_letter(msg, reason, &why, 1, shutdown).await?
                 }
                 None if !self.handler.wants(&event) => Outcome::Ignored,
                 None => self.handle_with_retries(msg, &event, shutdown).await?,
@@ -108,8 +120,8 @@ impl<H: Handler> Consumer<H> {
             // A poison message: the one-at-a-time path dead-letters it.
             return self.one_by_one(msgs, shutdown).await;
         };
-        if events.iter().any(|e| self.untrusted(e).is_some()) {
-            // So is one from an untrusted source.
+        if events.iter().any(|e| self.distrusted(e).is_some()) {
+            // So is one from an untrusted source or of a type its topic does not carry.
             return self.one_by_one(msgs, shutdown).await;
         }
         let group = &self.settings.group_id;

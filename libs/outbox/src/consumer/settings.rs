@@ -61,6 +61,12 @@ pub struct ConsumerSettings {
     /// services.toml (`sagaworks_mtls::topic_sources`); empty: sources are not checked
     /// (when not empty, every topic of `topics` needs an entry).
     pub sources: BTreeMap<String, String>,
+    /// Per topic (aggregate type), the event types (`ce_type`) its publisher writes on it.
+    /// A message of another type is dead-lettered with `dlq_reason=unexpected_type`, never
+    /// handled: the rightful publisher of a topic cannot put another topic's events on it.
+    /// The services fill it from the event catalog (`sagaworks_events::catalog::topic_types`);
+    /// empty: types are not checked (when not empty, every topic of `topics` needs an entry).
+    pub types: BTreeMap<String, Vec<String>>,
     /// Test-only fault hook (`APP_CONSUMER__CRASH_POINT=before_offset_commit`;
     /// see [`RelayCrashPoint`](crate::RelayCrashPoint)): abort the process once newly handled events
     /// committed, before their offsets are committed. `off` by default;
@@ -104,6 +110,7 @@ impl Default for ConsumerSettings {
             commit_interval_ms: 200,
             unsupported_schema_version: UnsupportedVersionPolicy::Park,
             sources: BTreeMap::new(),
+            types: BTreeMap::new(),
             crash_point: ConsumerCrashPoint::Off,
         }
     }

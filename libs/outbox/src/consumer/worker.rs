@@ -72,7 +72,8 @@ pub(super) struct Interrupted;
 /// exponential backoff and full jitter, up to `max_attempts` in all; then,
 /// like a [`HandlerError::Permanent`] at once, the message goes to
 /// `<topic>.dlq` with the `dlq_*` headers (`dlq_reason` says why:
-/// `invalid_envelope`, `rejected`, `retries_exhausted`, `unsupported_schema_version` or `untrusted_source`) and the offset is marked, so the
+/// `invalid_envelope`, `rejected`, `retries_exhausted`, `unsupported_schema_version`,
+/// `untrusted_source` or `unexpected_type`) and the offset is marked, so the
 /// partition moves on. The DLQ send is awaited and retried until it is acked:
 /// an offset is never committed for a message that is neither handled nor
 /// dead-lettered. Keep the total retry time (`retry_max_ms` x attempts) well
@@ -121,6 +122,11 @@ impl<H: Handler> Consumer<H> {
             && let Some(topic) = settings.topics.iter().find(|t| !settings.sources.contains_key(*t))
         {
             return Err(OutboxError::NoSource { topic: topic.clone() });
+        }
+        if !settings.types.is_empty()
+            && let Some(topic) = settings.topics.iter().find(|t| !settings.types.contains_key(*t))
+        {
+            return Err(OutboxError::NoTypes { topic: topic.clone() });
         }
         let session = settings.session_timeout_ms.to_string();
         let poll = settings.max_poll_interval_ms.to_string();

@@ -70,8 +70,9 @@ pub struct DeadLetterView {
     pub original: Option<OriginalPosition>,
     /// The consumer group that dead-lettered it.
     pub group: Option<String>,
-    /// Why it was parked: `invalid_envelope`, `rejected`,
-    /// `retries_exhausted` or `unsupported_schema_version`.
+    /// Why it was parked: `invalid_envelope`, `rejected`, `retries_exhausted`,
+    /// `unsupported_schema_version`, `untrusted_source` (not from the topic's publisher)
+    /// or `unexpected_type` (a type the topic does not carry).
     pub reason: Option<String>,
     /// The handler's last error.
     pub error: String,
