@@ -134,12 +134,11 @@ sw_k8s_deploy_wait() { # what, kubectl wait command...
 # Every pod of the namespace with its state and its init containers' exits, on stderr;
 # fails when one is neither Ready nor Succeeded.
 sw_k8s_pods_report() {
-    local pods
-    pods="$(kubectl_ -n "$SW_K8S_NS" get pods -o json)"
-    python3 - "$pods" <<'PY'
+    local report
+    report="$(cat <<'PY'
 import json, sys
 bad = 0
-for pod in json.loads(sys.argv[1])["items"]:
+for pod in json.load(sys.stdin)["items"]:
     name, status = pod["metadata"]["name"], pod["status"]
     ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", []))
     phase = status.get("phase")
@@ -152,6 +151,8 @@ for pod in json.loads(sys.argv[1])["items"]:
     print(f"  {name:36} {state:10} {'init: ' + ', '.join(inits) if inits else ''}", file=sys.stderr)
 sys.exit(1 if bad else 0)
 PY
+)"
+    kubectl_ -n "$SW_K8S_NS" get pods -o json | python3 -c "$report"
 }
 
 sw_k8s_deploy() { # overlay dir (default k8s/overlays/local)
