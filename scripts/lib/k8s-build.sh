@@ -11,6 +11,8 @@
 #                           built with gcc -static as its one file
 #   sw_k8s_coredns_image    directory holding image.tar: CoreDNS's image, the binary alone
 #   sw_k8s_probe_image      directory holding image.tar: the selftest's image (build/probe)
+#   sw_k8s_cert_manager_dir directory holding cert-manager-controller and crds/ (the CRDs of
+#                           cert-manager's module, deploy/crds/*.yaml)
 #
 # The images are OCI archives of one layer for `ctr -n k8s.io images import`, written by
 # sw_k8s_oci_image: no registry answers here, registry.k8s.io/pause included.
@@ -26,6 +28,9 @@
 #     module with etcd's own main, go.etcd.io/etcd/v3, replaces its siblings with paths).
 #   * coredns/: github.com/coredns/coredns with its default plugins.
 #   * kube-network-policies/: sigs.k8s.io/kube-network-policies's standalone command.
+#   * cert-manager/: github.com/cert-manager/cert-manager's controllers for SelfSigned and CA
+#     issuers behind a main of its own (cert-manager's command is a module of its own that
+#     the module proxy does not serve; main.go says which controllers it runs).
 # All with the machine's Go (GOTOOLCHAIN=local), CGO_ENABLED=0, -trimpath, -buildvcs=false,
 # kept in ${XDG_CACHE_HOME:-$HOME/.cache}/sagaworks/bin/ named by version and the hash of
 # the wrapper module's files: scripts/lib/tracing.sh's sw_tracing_build_once builds into a
@@ -239,4 +244,25 @@ sw_k8s_coredns_image() {
     bin="$(sw_k8s_coredns_bin)" || return 1
     SW_K8S_FROM="$bin" sw_k8s_built coredns_image coredns-image "$SW_K8S_COREDNS_VERSION" \
         "the CoreDNS image $SW_K8S_COREDNS_IMAGE" "$bin"
+}
+
+SW_K8S_CERT_MANAGER_VERSION=v1.21.2
+
+# cert-manager's controller and the CRDs its module carries (deploy/crds/), in one directory.
+sw_tracing_build_cert_manager() { # scratch dir, output directory
+    local src
+    src="$(cd "$SW_K8S_BUILD/cert-manager" && GOTOOLCHAIN=local go mod download -json \
+        "github.com/cert-manager/cert-manager@$SW_K8S_CERT_MANAGER_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    [ -d "$src/deploy/crds" ] || { sw_k8s_err "cert-manager's module has no deploy/crds"; return 1; }
+    mkdir -p "$2/crds"
+    cp "$src"/deploy/crds/*cert-manager.io_*.yaml "$2/crds/" || return 1
+    sw_k8s_go_build cert-manager "" "$2/cert-manager-controller" .
+}
+
+sw_k8s_cert_manager_dir() {
+    local d="$SW_K8S_BUILD/cert-manager"
+    grep -q "github.com/cert-manager/cert-manager $SW_K8S_CERT_MANAGER_VERSION\$" "$d/go.mod" ||
+        { sw_k8s_err "$d/go.mod does not require cert-manager $SW_K8S_CERT_MANAGER_VERSION"; return 1; }
+    sw_k8s_built cert_manager cert-manager "$SW_K8S_CERT_MANAGER_VERSION" "cert-manager $SW_K8S_CERT_MANAGER_VERSION (controller)" \
+        "$d/go.mod" "$d/go.sum" "$d/main.go"
 }
