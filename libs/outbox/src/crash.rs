@@ -1,28 +1,15 @@
 //! Test-only fault hooks: abort the process at the point where a crash is
 //! hardest to recover from, so a chaos run (`scripts/chaos`) shows that
 //! nothing is lost and nothing takes effect twice. Off by default; a service
-//! refuses to start with one in production ([`TestHooks`]). The process dies
+//! refuses to start with one in production (`sagaworks_runtime::host::TestHooks`). The process dies
 //! there the first time it gets there (it is gone after that); restarted
 //! without the setting, it recovers.
 
-use crate::{ConsumerSettings, RelaySettings};
-use sagaworks_runtime::host::TestHooks;
 use serde::{Deserialize, Serialize};
 
-/// Why production refuses a crash point.
-const CRASH_POINT: &str = "a test-only hook that aborts the process on purpose (scripts/chaos)";
-
-impl TestHooks for RelaySettings {
-    fn hooks_on(&self) -> Vec<(&'static str, &'static str)> {
-        if self.crash_point == RelayCrashPoint::Off { vec![] } else { vec![("crash_point", CRASH_POINT)] }
-    }
-}
-
-impl TestHooks for ConsumerSettings {
-    fn hooks_on(&self) -> Vec<(&'static str, &'static str)> {
-        if self.crash_point == ConsumerCrashPoint::Off { vec![] } else { vec![("crash_point", CRASH_POINT)] }
-    }
-}
+/// Why production refuses a crash point (the settings that hold one implement
+/// [`sagaworks_runtime::host::TestHooks`] with it).
+pub(crate) const CRASH_POINT: &str = "a test-only hook that aborts the process on purpose (scripts/chaos)";
 
 /// `[outbox] crash_point` (`APP_OUTBOX__CRASH_POINT`): where the relay aborts
 /// the process.

@@ -70,6 +70,16 @@ pub struct RelaySettings {
     pub crash_point: RelayCrashPoint,
 }
 
+impl sagaworks_runtime::host::TestHooks for RelaySettings {
+    fn hooks_on(&self) -> Vec<(&'static str, &'static str)> {
+        if self.crash_point == RelayCrashPoint::Off {
+            vec![]
+        } else {
+            vec![("crash_point", crash::CRASH_POINT)]
+        }
+    }
+}
+
 impl Default for RelaySettings {
     fn default() -> Self {
         Self {

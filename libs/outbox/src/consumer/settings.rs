@@ -74,6 +74,16 @@ pub struct ConsumerSettings {
     pub crash_point: ConsumerCrashPoint,
 }
 
+impl sagaworks_runtime::host::TestHooks for ConsumerSettings {
+    fn hooks_on(&self) -> Vec<(&'static str, &'static str)> {
+        if self.crash_point == ConsumerCrashPoint::Off {
+            vec![]
+        } else {
+            vec![("crash_point", crate::crash::CRASH_POINT)]
+        }
+    }
+}
+
 /// What the consumer does with an event newer than its handler reads (see
 /// [`Event`](crate::Event)); either way it is dead-lettered with
 /// `dlq_reason=unsupported_schema_version` in the end, to be replayed once
