@@ -148,7 +148,8 @@ pub async fn ensure_topics(
 }
 
 /// Those of `topics` that the broker's metadata does not list (a topic the client may
-/// not describe counts as missing).
+/// not describe counts as missing). A listed topic with an error of its own, such as a
+/// partition without a leader yet, exists: creating it would only be refused.
 async fn missing_topics(
     admin: &std::sync::Arc<OffRuntimeDrop<AdminClient<DefaultClientContext>>>,
     topics: &[String],
@@ -158,11 +159,18 @@ async fn missing_topics(
     tokio::task::spawn_blocking(move || {
         let metadata = admin.inner().fetch_metadata(None, Duration::from_secs(5))?;
         let present: std::collections::HashSet<&str> =
-            metadata.topics().iter().filter(|t| t.error().is_none()).map(|t| t.name()).collect();
+            metadata.topics().iter().filter(|t| !topic_is_unknown(t.error())).map(|t| t.name()).collect();
         Ok(topics.into_iter().filter(|t| !present.contains(t.as_str())).collect())
     })
     .await
     .expect("the metadata task does not panic")
+}
+
+fn topic_is_unknown(error: Option<rdkafka::types::RDKafkaRespErr>) -> bool {
+    use rdkafka::types::RDKafkaRespErr::{
+        RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
+    };
+    matches!(error, Some(RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART | RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED))
 }
 
 /// Drops `client` (a producer, consumer or admin client) on a thread of its
@@ -254,6 +262,15 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, mpsc};
+
+    #[test]
+    fn a_listed_topic_without_a_leader_yet_exists() {
+        use rdkafka::types::RDKafkaRespErr::*;
+        assert!(!topic_is_unknown(None));
+        assert!(!topic_is_unknown(Some(RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE)));
+        assert!(topic_is_unknown(Some(RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)));
+        assert!(topic_is_unknown(Some(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED)));
+    }
 
     /// A client whose destroy hangs until released (as `rd_kafka_destroy` can),
     /// and then says so. The 30 s only turn a test that waits for it on the
