@@ -240,9 +240,9 @@ impl<S: Saga> Engine<S> {
 
     /// Clears the backoff and hands the instance back to the worker, with the audit row.
     async fn retry_now(&self, id: Uuid, state: &State<S>, audit: &Audit<'_>) -> Result<(), ActionError> {
-        let mut w = Statement::new(GUARD);
+        let mut w = Statement::new();
         let (pid, owner) = (w.bind(id), w.bind(self.owner().to_string()));
-        w.unguarded(
+        w.guard(
             GUARD,
             format!(
                 "UPDATE saga_instances SET lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now(),
