@@ -30,7 +30,10 @@
 //! applies only one of two updates of the same row (which one is not defined), and no part
 //! sees another's changes. A step's `record` and the saga's `on_end`, committed together
 //! when the step ends the saga, must therefore not both update one row: put one of them in
-//! a row of its own, or write both changes in one part.
+//! a row of its own, or write both changes in one part. Debug builds check it: every
+//! guarded update and delete also lists the rows it targets, and a statement in which
+//! two of them (or one twice) target one row fails with
+//! `two writes of one row in one statement: <parts>`, before anything is written.
 //!
 //! Placeholders are numbered in the order values are bound, so the same
 //! sequence of parts gives the same SQL text, which sqlx prepares once per
@@ -53,6 +56,10 @@ pub struct Statement {
     guard: Option<Guard>,
     events: usize,
     error: Option<String>,
+    /// Debug builds: `SELECT part, tableoid, ctid ..` of the rows each guarded
+    /// update or delete targets, joined by `UNION ALL` (see the module docs).
+    #[cfg(debug_assertions)]
+    targets: String,
 }
 
 impl Statement {
@@ -102,6 +109,8 @@ impl Statement {
             return self.fail(format!("the guarded part {name} comes before the statement's guard"));
         };
         let write = build(guard);
+        #[cfg(debug_assertions)]
+        write.targets_into(&mut self.targets, name, guard.0);
         // Rendered in place, like every other part.
         self.next_part();
         self.sql.push_str(name);
@@ -159,12 +168,34 @@ impl Statement {
             return Err(sqlx::Error::Encode(e.into()));
         }
         let mut sql = self.sql;
+        #[cfg(debug_assertions)]
+        if !self.targets.is_empty() {
+            return Ok((one_write_per_row(sql, &self.targets, select), self.args));
+        }
         if !sql.is_empty() {
             sql.push('\n');
         }
         sql.push_str(select);
         Ok((sql, self.args))
     }
+}
+
+/// Debug builds: `sql` with the rows its guarded updates and deletes target
+/// (`targets`), and `select` run only when no row is targeted twice; else the
+/// statement fails (the cast of the message to a boolean) and writes nothing.
+#[cfg(debug_assertions)]
+fn one_write_per_row(mut sql: String, targets: &str, select: &str) -> String {
+    sql.push_str(",\nsaga_targets AS (");
+    sql.push_str(targets);
+    sql.push_str(")\nSELECT saga_result.* FROM (");
+    sql.push_str(select);
+    sql.push_str(
+        ") AS saga_result
+WHERE (SELECT CAST(COALESCE('two writes of one row in one statement: ' || string_agg(parts, '; '), 'true') AS boolean)
+       FROM (SELECT string_agg(part, ', ' ORDER BY part) AS parts FROM saga_targets GROUP BY tab, row_id HAVING count(*) > 1)
+            AS saga_twice)",
+    );
+    sql
 }
 
 /// The statement's guard, returned by [`Statement::guard`] and handed to the
@@ -254,6 +285,42 @@ impl<'w> Write<'w> {
         self
     }
 
+    /// Debug builds: `SELECT '<part>', tableoid, ctid` of the rows an update
+    /// or a delete targets (the same join as the write, on the same
+    /// snapshot), appended to `targets` with `UNION ALL`. An insert adds
+    /// nothing: PostgreSQL refuses an insert that meets a row another part
+    /// inserted or upserted itself.
+    #[cfg(debug_assertions)]
+    fn targets_into(&self, targets: &mut String, part: &str, guard: &str) {
+        if self.kind == Kind::Insert {
+            return;
+        }
+        // `orders`, `orders o` or `orders AS o`: the row's columns are qualified by the last word.
+        let table = self.table.split_whitespace().last().unwrap_or(self.table);
+        if !targets.is_empty() {
+            targets.push_str("\nUNION ALL ");
+        }
+        targets.push_str("SELECT '");
+        targets.push_str(&part.replace('\'', "''"));
+        targets.push_str("'::text AS part, ");
+        for column in ["tableoid AS tab, ", "ctid AS row_id FROM "] {
+            targets.push_str(table);
+            targets.push('.');
+            targets.push_str(column);
+        }
+        targets.push_str(self.table);
+        targets.push_str(", ");
+        targets.push_str(guard);
+        for item in &self.from {
+            targets.push_str(", ");
+            targets.push_str(item);
+        }
+        if let Some(filter) = &self.filter {
+            targets.push_str(" WHERE ");
+            targets.push_str(filter);
+        }
+    }
+
     fn render_into(&self, sql: &mut String, guard: &str) {
         let from_word = match self.kind {
             Kind::Update => {
@@ -322,10 +389,11 @@ impl<'q> Bind<'q> for Statement {
 mod tests {
     use super::*;
 
-    /// The parts of `w`'s SQL, without the select.
+    /// The parts of `w`'s SQL, without the select and (debug builds) the check after them.
     fn parts(w: Statement) -> String {
         let (sql, _) = w.finish("SELECT 1").unwrap();
-        sql.strip_suffix("\nSELECT 1").unwrap().to_string()
+        let end = [",\nsaga_targets AS (", "\nSELECT 1"].iter().filter_map(|m| sql.find(m)).min().unwrap();
+        sql[..end].to_string()
     }
 
     #[test]
@@ -358,6 +426,26 @@ mod tests {
              u AS (UPDATE t SET a = 1 FROM g WHERE t.id = $1),\n\
              i AS (INSERT INTO t (id, a) SELECT p.id, 2 FROM g, UNNEST($9::int[]) AS p (id) ON CONFLICT DO NOTHING),\n\
              d AS (DELETE FROM t USING g WHERE t.a = (SELECT 1 FROM g))"
+        );
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    fn debug_builds_list_the_rows_updates_and_deletes_target() {
+        let mut w = Statement::new();
+        let _ = w.guard("g", "SELECT 1");
+        w.guarded("u", |g| g.update("t x").set("a = 1").from("s").filter("x.id = s.id"));
+        w.guarded("i", |g| g.insert("t (id)").select("2"));
+        w.guarded("d", |g| g.delete("t"));
+        let (sql, _) = w.finish("SELECT 1 FROM g").unwrap();
+        let (_, check) = sql.split_once(",\nsaga_targets AS (").unwrap();
+        assert!(
+            check.starts_with(
+                "SELECT 'u'::text AS part, x.tableoid AS tab, x.ctid AS row_id FROM t x, g, s WHERE x.id = s.id\n\
+                 UNION ALL SELECT 'd'::text AS part, t.tableoid AS tab, t.ctid AS row_id FROM t, g)\n\
+                 SELECT saga_result.* FROM (SELECT 1 FROM g) AS saga_result\nWHERE "
+            ),
+            "{check}"
         );
     }
 

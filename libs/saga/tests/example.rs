@@ -1294,6 +1294,52 @@ fn statement_trials() -> Vec<libtest_mimic::Trial> {
     })]
 }
 
+/// What debug builds check of a statement.
+#[cfg(debug_assertions)]
+fn debug_trials() -> Vec<libtest_mimic::Trial> {
+    vec![db_trial("two_writes_of_one_row_in_one_statement_fail_in_debug_builds", |pool, _| async move {
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        sqlx::query("INSERT INTO purchases (id, status) VALUES ($1, 'PENDING'), ($2, 'PENDING')")
+            .bind(a)
+            .bind(b)
+            .execute(&pool)
+            .await
+            .unwrap();
+        // The status of `first` and the total of `second`, as two guarded updates.
+        let write = |first: Uuid, second: Uuid| {
+            let mut w = Statement::new();
+            let (first, second) = (w.bind(first), w.bind(second));
+            let _ = w.guard("g", "SELECT 1");
+            w.guarded("purchase_status", |g| {
+                g.update("purchases").set("status = 'CONFIRMED'").filter(format!("purchases.id = {first}"))
+            });
+            w.guarded("purchase_total", |g| {
+                g.update("purchases AS p").set("total_cents = 500").filter(format!("p.id = {second}"))
+            });
+            let (sql, args) = w.finish("SELECT 1 FROM g").unwrap();
+            sqlx::query_with(AssertSqlSafe(sql), args).execute(&pool)
+        };
+        let purchase = |id: Uuid| {
+            sqlx::query_as::<_, (String, i64)>("SELECT status, total_cents FROM purchases WHERE id = $1")
+                .bind(id)
+                .fetch_one(&pool)
+        };
+
+        // One row each: both written.
+        write(a, b).await.expect("one write per row");
+        assert_eq!(purchase(a).await.unwrap(), ("CONFIRMED".to_string(), 0));
+        assert_eq!(purchase(b).await.unwrap(), ("PENDING".to_string(), 500));
+
+        // Both on `b`: PostgreSQL would apply one of them; the check refuses the statement.
+        let error = write(b, b).await.expect_err("two writes of one row must fail").to_string();
+        assert!(
+            error.contains("two writes of one row in one statement: purchase_status, purchase_total"),
+            "{error}"
+        );
+        assert_eq!(purchase(b).await.unwrap(), ("PENDING".to_string(), 500), "nothing was written");
+    })]
+}
+
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = testing::trials("matrix::", &shape(), run_case);
@@ -1303,5 +1349,7 @@ fn main() {
     trials.extend(other_trials());
     trials.extend(operator_trials());
     trials.extend(statement_trials());
+    #[cfg(debug_assertions)]
+    trials.extend(debug_trials());
     libtest_mimic::run(&args, trials).exit();
 }
