@@ -382,7 +382,7 @@ pub async fn list(
     if let Some(Cursor(after)) = filter.after {
         q.push(" AND i.id < ").push_bind(after);
     }
-    // Newest first: instance ids are UUIDv7, in creation order (see `NewInstance::id`).
+    // Newest first: instance ids are UUIDv7, in creation order (see `Engine::start_with`).
     q.push(" ORDER BY i.id DESC LIMIT ").push_bind(i64::from(limit) + 1);
     // Planned on every call, with the table's current statistics: a listing
     // is rare, its filters vary, and a plan cached while the table was small

@@ -23,8 +23,8 @@
 //! for that transaction only): losing one in a database crash leaves the
 //! instance where the previous commit left it, which is exactly the state a
 //! driver crash right after the participant's answer leaves, and the
-//! participants replay what it repeats. The host's statement that creates an
-//! instance ([`Engine::prepare`]) is the host's to make durable.
+//! participants replay what it repeats. The host's statement or transaction
+//! that creates an instance ([`Engine::start`]) is the host's to make durable.
 //!
 //! # Metrics and spans
 //!
