@@ -57,6 +57,29 @@ pub enum StartError {
 }
 
 /// An instance that was created, leased to this replica: drive it with [`Started::run`].
+///
+/// ```no_run
+/// # async fn f<S: sagaworks_saga::Saga>(
+/// #     engine: sagaworks_saga::Engine<S>, conn: &mut sqlx::PgConnection, input: S::Input,
+/// #     stop: tokio_util::sync::CancellationToken,
+/// # ) -> Result<(), sagaworks_saga::StartError> {
+/// let saga = engine.start(conn, "key", input).await?;
+/// saga.run(std::time::Duration::from_secs(1), &stop).await;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Dropping it is refused where `unused_must_use` is denied:
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # async fn f<S: sagaworks_saga::Saga>(
+/// #     engine: sagaworks_saga::Engine<S>, conn: &mut sqlx::PgConnection, input: S::Input,
+/// # ) -> Result<(), sagaworks_saga::StartError> {
+/// engine.start(conn, "key", input).await?;
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "a Started saga is leased to this replica: dropped, nobody drives it until its lease \
               runs out (saga.lease_ms, 30 s by default); call run()"]
 pub struct Started<S: Saga> {
