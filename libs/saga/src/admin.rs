@@ -240,9 +240,9 @@ impl<S: Saga> Engine<S> {
 
     /// Clears the backoff and hands the instance back to the worker, with the audit row.
     async fn retry_now(&self, id: Uuid, state: &State<S>, audit: &Audit<'_>) -> Result<(), ActionError> {
-        let mut w = Statement::new(GUARD);
+        let mut w = Statement::new();
         let (pid, owner) = (w.bind(id), w.bind(self.owner().to_string()));
-        w.unguarded(
+        w.guard(
             GUARD,
             format!(
                 "UPDATE saga_instances SET lease_owner = NULL, lease_expires_at = NULL, next_attempt_at = now(),
@@ -382,7 +382,7 @@ pub async fn list(
     if let Some(Cursor(after)) = filter.after {
         q.push(" AND i.id < ").push_bind(after);
     }
-    // Newest first: instance ids are UUIDv7, in creation order (see `NewInstance::id`).
+    // Newest first: instance ids are UUIDv7, in creation order (see `Engine::start_with`).
     q.push(" ORDER BY i.id DESC LIMIT ").push_bind(i64::from(limit) + 1);
     // Planned on every call, with the table's current statistics: a listing
     // is rare, its filters vary, and a plan cached while the table was small

@@ -25,11 +25,13 @@
 //! * [`Saga`], [`Action`], [`Compensation`] — what a host writes; a step reads
 //!   the saga's input and earlier outputs from its [`StepContext`] and fails
 //!   with a [`StepError`] (a gRPC status maps with [`StepContext::grpc_error`]).
-//! * [`Statement`] — the one SQL statement a transition commits; the host adds
-//!   its writes ([`Statement::guarded`]: written only while the driver holds
-//!   the instance's lease) and events.
-//! * [`Engine`] — starts ([`Engine::prepare`], [`Launch`], [`Started`]),
-//!   drives and resumes instances ([`Engine::worker_task`]).
+//! * [`Engine`] — starts an instance in one call ([`Engine::start`] in the
+//!   host's transaction, or [`Engine::start_with`] in one statement with the
+//!   host's writes), gives a [`Started`] to drive ([`Started::run`]), and
+//!   resumes instances ([`Engine::worker_task`]).
+//! * [`Statement`] — the one SQL statement a transition (or a start)
+//!   commits: its [`Guard`], the host's writes ([`Statement::guarded`]:
+//!   written only while the driver holds the instance's lease) and events.
 //! * [`admin`] — operating instances: listing, stuck detection, and an
 //!   operator's retry now, compensate and resolve.
 //! * [`metrics`] — the names of the engine's metrics.
@@ -38,8 +40,8 @@
 //!
 //! A host service writes a [`Saga`] (its input type and the writes that end
 //! an instance), its steps, and one [`Definition`]; it runs the crate's
-//! [`migrator`] with its own, starts instances with its own writes
-//! ([`Engine::prepare`]), and runs the worker ([`Engine::worker_task`]). See
+//! [`migrator`] with its own, starts instances ([`Engine::start`]), and runs
+//! the worker ([`Engine::worker_task`]). See
 //! the order service's `saga` module for a real one and this crate's
 //! `tests/example.rs` for a four-step saga with its generated fault matrix.
 
@@ -61,8 +63,7 @@ pub use definition::{
     valid_name,
 };
 pub use engine::{
-    DriveError, Driven, Engine, Launch, NewInstance, SettingsError, Started, VersionError, VersionStatus,
-    Versions,
+    DriveError, Driven, Engine, SettingsError, StartError, Started, VersionError, VersionStatus, Versions,
 };
 pub use operator::{ActionKind, Operator, OperatorAction, OperatorRecord};
 pub use settings::SagaSettings;

@@ -3,12 +3,14 @@
 //! Every transition (a step's result, the saga's next state, the next step's
 //! attempt, the host's business writes and outbox events) is one statement:
 //! a chain of data-modifying common table expressions, atomic without a
-//! transaction and one round trip. The engine writes its own parts first,
-//! among them the **guard**: the lease-guarded update of the instance, which
-//! returns one row exactly when this driver still holds the lease. The host
-//! adds its writes with [`Statement::guarded`] and its events with
-//! [`Statement::event`]; both select from the guard, so a driver that lost
-//! its lease writes nothing at all:
+//! transaction and one round trip. Its first write is the **guard**
+//! ([`Statement::guard`]): in a transition, the lease-guarded update of the
+//! instance, which returns one row exactly when this driver still holds the
+//! lease; in a start, the host's own insert ([`crate::Engine::start_with`]).
+//! Declaring it returns its [`Guard`]. The host adds its writes with
+//! [`Statement::guarded`] and its events with [`Statement::event`]; both
+//! select from the guard, so a driver that lost its lease writes nothing at
+//! all:
 //!
 //! ```ignore
 //! let (id, status) = (w.bind(order_id), w.bind("CONFIRMED"));
@@ -16,17 +18,22 @@
 //! w.event(outbox.stage(&OrderConfirmed { order_id, .. })?);
 //! ```
 //!
-//! A [`Write`] can only be built from the [`Guard`] that
-//! [`Statement::guarded`] hands its closure, and renders it into the SQL
-//! (`UPDATE .. FROM guard`, `INSERT .. SELECT .. FROM guard`,
+//! A [`Write`] can only be built from a [`Guard`], and renders it into the
+//! SQL (`UPDATE .. FROM guard`, `INSERT .. SELECT .. FROM guard`,
 //! `DELETE .. USING guard`): a host part cannot leave it out. A part that
-//! must not be guarded says so with [`Statement::unguarded`].
+//! must not be guarded says so with [`Statement::unguarded`]. A statement
+//! has one guard, declared before the parts that select from it; a guarded
+//! part or an event before it, or a second guard, makes [`Statement::finish`]
+//! fail.
 //!
 //! **One write per row.** All parts run as one statement, on one snapshot: PostgreSQL
 //! applies only one of two updates of the same row (which one is not defined), and no part
 //! sees another's changes. A step's `record` and the saga's `on_end`, committed together
 //! when the step ends the saga, must therefore not both update one row: put one of them in
-//! a row of its own, or write both changes in one part.
+//! a row of its own, or write both changes in one part. Debug builds check it: every
+//! guarded update and delete also lists the rows it targets, and a statement in which
+//! two of them (or one twice) target one row fails with
+//! `two writes of one row in one statement: <parts>`, before anything is written.
 //!
 //! Placeholders are numbered in the order values are bound, so the same
 //! sequence of parts gives the same SQL text, which sqlx prepares once per
@@ -39,29 +46,26 @@ use sqlx::{Arguments, Postgres};
 use std::borrow::Cow;
 
 /// A statement under construction: its CTEs and their bound values.
+#[derive(Default)]
 pub struct Statement {
     /// `WITH a AS (...),\nb AS (...)`, written in place (a transition is
     /// built for every step of every saga: no part is formatted twice).
     sql: String,
     args: PgArguments,
     count: usize,
-    guard: String,
+    guard: Option<Guard>,
     events: usize,
     error: Option<String>,
+    /// Debug builds: `SELECT part, tableoid, ctid ..` of the rows each guarded
+    /// update or delete targets, joined by `UNION ALL` (see the module docs).
+    #[cfg(debug_assertions)]
+    targets: String,
 }
 
 impl Statement {
-    /// A statement whose parts are guarded by the CTE named `guard` (a host
-    /// that starts a saga in its own statement names its own first CTE).
-    pub fn new(guard: &str) -> Self {
-        Self {
-            sql: String::new(),
-            args: PgArguments::default(),
-            count: 0,
-            guard: guard.into(),
-            events: 0,
-            error: None,
-        }
+    /// An empty statement: bind values, then declare its guard ([`Statement::guard`]).
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Binds `value` and returns its placeholder (`$n`).
@@ -69,34 +73,55 @@ impl Statement {
         &mut self,
         value: T,
     ) -> String {
-        if let Err(e) = self.args.add(value)
-            && self.error.is_none()
-        {
-            self.error = Some(e.to_string());
+        if let Err(e) = self.args.add(value) {
+            self.fail(e.to_string());
         }
         self.count += 1;
         placeholder(self.count)
+    }
+
+    /// Adds the statement's guard, `name AS (body)`: a write (or a read) whose
+    /// rows say whether the guarded parts are written, once per row. Its
+    /// [`Guard`] is what the guarded parts select from, and what a host
+    /// hands back to [`crate::Engine::start_with`]. One per statement, before
+    /// the parts that select from it.
+    pub fn guard(&mut self, name: &'static str, body: impl AsRef<str>) -> Guard {
+        let guard = Guard(name);
+        match self.guard {
+            Some(first) => self.fail(format!("a second guard {name} after {first}: a statement has one")),
+            None => self.guard = Some(guard),
+        }
+        self.with(name, body);
+        guard
+    }
+
+    /// The statement's guard, once declared.
+    pub fn guard_of(&self) -> Option<Guard> {
+        self.guard
     }
 
     /// Adds `name AS (<write>)`, a write that happens exactly when the
     /// transition is written: `build` gets the statement's [`Guard`] and
     /// returns the [`Write`] made from it. `name` must be unique in the
     /// statement; the engine's own parts are named `saga_*`.
-    pub fn guarded<'w>(&mut self, name: &str, build: impl FnOnce(Guard<'_>) -> Write<'w>) {
-        let write = build(Guard(&self.guard));
+    pub fn guarded<'w>(&mut self, name: &str, build: impl FnOnce(Guard) -> Write<'w>) {
+        let Some(guard) = self.guard else {
+            return self.fail(format!("the guarded part {name} comes before the statement's guard"));
+        };
+        let write = build(guard);
+        #[cfg(debug_assertions)]
+        write.targets_into(&mut self.targets, name, guard.0);
         // Rendered in place, like every other part.
         self.next_part();
         self.sql.push_str(name);
         self.sql.push_str(" AS (");
-        write.render_into(&mut self.sql, &self.guard);
+        write.render_into(&mut self.sql, guard.0);
         self.sql.push(')');
     }
 
     /// Adds `name AS (body)` without the guard: a part that is written
-    /// whatever the guard returns, or that is itself the guard (a host that
-    /// starts a saga in its own statement names its first part as the
-    /// guard, see [`Statement::new`]). Reads that the guarded parts select
-    /// from are unguarded too.
+    /// whatever the guard returns, e.g. a read that the guarded parts select
+    /// from, or a write that selects from a guarded part's `RETURNING`.
     pub fn unguarded(&mut self, name: &str, body: impl AsRef<str>) {
         self.with(name, body)
     }
@@ -117,15 +142,23 @@ impl Statement {
         self.sql.push_str(if self.sql.is_empty() { "WITH " } else { ",\n" });
     }
 
+    /// Keeps the first error, which [`Statement::finish`] returns.
+    fn fail(&mut self, error: String) {
+        self.error.get_or_insert(error);
+    }
+
     /// Adds the outbox row of `event`, inserted once per row of the guard.
     pub fn event(&mut self, event: PendingEvent) {
+        let Some(guard) = self.guard else {
+            return self.fail("an event comes before the statement's guard".into());
+        };
         self.events += 1;
         let name = format!("event_{}", self.events);
-        let cte = PendingEvent::cte(&name, self.count + 1, Some(&self.guard));
+        let cte = PendingEvent::cte(&name, self.count + 1, Some(guard.0));
         self.next_part();
         self.sql.push_str(&cte);
         // PendingEvent binds its values through the Bind trait below.
-        let this = std::mem::replace(self, Statement::new(""));
+        let this = std::mem::take(self);
         *self = event.bind(this);
     }
 
@@ -135,6 +168,10 @@ impl Statement {
             return Err(sqlx::Error::Encode(e.into()));
         }
         let mut sql = self.sql;
+        #[cfg(debug_assertions)]
+        if !self.targets.is_empty() {
+            return Ok((one_write_per_row(sql, &self.targets, select), self.args));
+        }
         if !sql.is_empty() {
             sql.push('\n');
         }
@@ -143,12 +180,30 @@ impl Statement {
     }
 }
 
-/// The statement's guard, handed to the closure of [`Statement::guarded`]:
-/// the only way to start a [`Write`].
-#[derive(Debug, Clone, Copy)]
-pub struct Guard<'a>(&'a str);
+/// Debug builds: `sql` with the rows its guarded updates and deletes target
+/// (`targets`), and `select` run only when no row is targeted twice; else the
+/// statement fails (the cast of the message to a boolean) and writes nothing.
+#[cfg(debug_assertions)]
+fn one_write_per_row(mut sql: String, targets: &str, select: &str) -> String {
+    sql.push_str(",\nsaga_targets AS (");
+    sql.push_str(targets);
+    sql.push_str(")\nSELECT saga_result.* FROM (");
+    sql.push_str(select);
+    sql.push_str(
+        ") AS saga_result
+WHERE (SELECT CAST(COALESCE('two writes of one row in one statement: ' || string_agg(parts, '; '), 'true') AS boolean)
+       FROM (SELECT string_agg(part, ', ' ORDER BY part) AS parts FROM saga_targets GROUP BY tab, row_id HAVING count(*) > 1)
+            AS saga_twice)",
+    );
+    sql
+}
 
-impl Guard<'_> {
+/// The statement's guard, returned by [`Statement::guard`] and handed to the
+/// closure of [`Statement::guarded`]: the only way to start a [`Write`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guard(&'static str);
+
+impl Guard {
     /// `UPDATE <table> SET <set> FROM <guard>[, <from>] [WHERE <filter>]`.
     pub fn update<'w>(self, table: &'w str) -> Write<'w> {
         Write::new(Kind::Update, table)
@@ -166,13 +221,12 @@ impl Guard<'_> {
     }
 }
 
-impl std::fmt::Display for Guard<'_> {
+impl std::fmt::Display for Guard {
     /// The guard's CTE name, e.g. for a subquery in a filter.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.0)
     }
 }
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Update,
@@ -229,6 +283,42 @@ impl<'w> Write<'w> {
     pub fn then(mut self, tail: impl Into<Cow<'w, str>>) -> Self {
         self.tail = Some(tail.into());
         self
+    }
+
+    /// Debug builds: `SELECT '<part>', tableoid, ctid` of the rows an update
+    /// or a delete targets (the same join as the write, on the same
+    /// snapshot), appended to `targets` with `UNION ALL`. An insert adds
+    /// nothing: PostgreSQL refuses an insert that meets a row another part
+    /// inserted or upserted itself.
+    #[cfg(debug_assertions)]
+    fn targets_into(&self, targets: &mut String, part: &str, guard: &str) {
+        if self.kind == Kind::Insert {
+            return;
+        }
+        // `orders`, `orders o` or `orders AS o`: the row's columns are qualified by the last word.
+        let table = self.table.split_whitespace().last().unwrap_or(self.table);
+        if !targets.is_empty() {
+            targets.push_str("\nUNION ALL ");
+        }
+        targets.push_str("SELECT '");
+        targets.push_str(&part.replace('\'', "''"));
+        targets.push_str("'::text AS part, ");
+        for column in ["tableoid AS tab, ", "ctid AS row_id FROM "] {
+            targets.push_str(table);
+            targets.push('.');
+            targets.push_str(column);
+        }
+        targets.push_str(self.table);
+        targets.push_str(", ");
+        targets.push_str(guard);
+        for item in &self.from {
+            targets.push_str(", ");
+            targets.push_str(item);
+        }
+        if let Some(filter) = &self.filter {
+            targets.push_str(" WHERE ");
+            targets.push_str(filter);
+        }
     }
 
     fn render_into(&self, sql: &mut String, guard: &str) {
@@ -299,21 +389,29 @@ impl<'q> Bind<'q> for Statement {
 mod tests {
     use super::*;
 
+    /// The parts of `w`'s SQL, without the select and (debug builds) the check after them.
+    fn parts(w: Statement) -> String {
+        let (sql, _) = w.finish("SELECT 1").unwrap();
+        let end = [",\nsaga_targets AS (", "\nSELECT 1"].iter().filter_map(|m| sql.find(m)).min().unwrap();
+        sql[..end].to_string()
+    }
+
     #[test]
     fn placeholders_follow_the_binding_order() {
-        let mut w = Statement::new("s");
+        let mut w = Statement::new();
         let a = w.bind(1_i64);
         let b = w.bind("x");
+        let s = w.guard("s", "SELECT 1");
+        assert_eq!(w.guard_of(), Some(s));
         w.guarded("one", |g| g.update("t").set(format!("a = {a}")).filter(format!("b = {b}")));
-        let (sql, args) = w.finish("SELECT 1 FROM s").unwrap();
-        assert_eq!(sql, "WITH one AS (UPDATE t SET a = $1 FROM s WHERE b = $2)\nSELECT 1 FROM s");
-        assert_eq!(args.len(), 2);
+        assert_eq!(parts(w), "WITH s AS (SELECT 1),\none AS (UPDATE t SET a = $1 FROM s WHERE b = $2)");
     }
 
     #[test]
     fn every_guarded_write_selects_from_the_guard() {
-        let mut w = Statement::new("g");
+        let mut w = Statement::new();
         let id = w.bind(1_i64);
+        let _ = w.guard("g", "SELECT 1");
         w.guarded("u", |g| g.update("t").set("a = 1").filter(format!("t.id = {id}")));
         w.guarded("i", |g| {
             g.insert("t (id, a)")
@@ -323,12 +421,47 @@ mod tests {
         });
         w.guarded("d", |g| g.delete("t").filter(format!("t.a = (SELECT 1 FROM {g})")));
         assert_eq!(
-            w.finish("SELECT 1 FROM g").unwrap().0,
-            "WITH u AS (UPDATE t SET a = 1 FROM g WHERE t.id = $1),\n\
+            parts(w),
+            "WITH g AS (SELECT 1),\n\
+             u AS (UPDATE t SET a = 1 FROM g WHERE t.id = $1),\n\
              i AS (INSERT INTO t (id, a) SELECT p.id, 2 FROM g, UNNEST($9::int[]) AS p (id) ON CONFLICT DO NOTHING),\n\
-             d AS (DELETE FROM t USING g WHERE t.a = (SELECT 1 FROM g))\n\
-             SELECT 1 FROM g"
+             d AS (DELETE FROM t USING g WHERE t.a = (SELECT 1 FROM g))"
         );
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    fn debug_builds_list_the_rows_updates_and_deletes_target() {
+        let mut w = Statement::new();
+        let _ = w.guard("g", "SELECT 1");
+        w.guarded("u", |g| g.update("t x").set("a = 1").from("s").filter("x.id = s.id"));
+        w.guarded("i", |g| g.insert("t (id)").select("2"));
+        w.guarded("d", |g| g.delete("t"));
+        let (sql, _) = w.finish("SELECT 1 FROM g").unwrap();
+        let (_, check) = sql.split_once(",\nsaga_targets AS (").unwrap();
+        assert!(
+            check.starts_with(
+                "SELECT 'u'::text AS part, x.tableoid AS tab, x.ctid AS row_id FROM t x, g, s WHERE x.id = s.id\n\
+                 UNION ALL SELECT 'd'::text AS part, t.tableoid AS tab, t.ctid AS row_id FROM t, g)\n\
+                 SELECT saga_result.* FROM (SELECT 1 FROM g) AS saga_result\nWHERE "
+            ),
+            "{check}"
+        );
+    }
+
+    #[test]
+    fn a_statement_has_one_guard_before_its_guarded_parts() {
+        let mut w = Statement::new();
+        w.guarded("early", |g| g.delete("t"));
+        let _ = w.guard("g", "SELECT 1");
+        let e = w.finish("SELECT 1").unwrap_err().to_string();
+        assert!(e.contains("the guarded part early comes before the statement's guard"), "{e}");
+
+        let mut w = Statement::new();
+        let _ = w.guard("g", "SELECT 1");
+        let _ = w.guard("h", "SELECT 2");
+        let e = w.finish("SELECT 1").unwrap_err().to_string();
+        assert!(e.contains("a second guard h after g"), "{e}");
     }
 
     #[test]
@@ -340,13 +473,13 @@ mod tests {
 
     #[test]
     fn parts_are_joined_in_order_and_an_empty_statement_is_its_select() {
-        let mut w = Statement::new("a");
+        let mut w = Statement::new();
         w.with("a", "SELECT 1");
         w.with("b", String::from("SELECT 2 FROM a"));
         assert_eq!(
             w.finish("SELECT * FROM b").unwrap().0,
             "WITH a AS (SELECT 1),\nb AS (SELECT 2 FROM a)\nSELECT * FROM b"
         );
-        assert_eq!(Statement::new("a").finish("SELECT 3").unwrap().0, "SELECT 3");
+        assert_eq!(Statement::new().finish("SELECT 3").unwrap().0, "SELECT 3");
     }
 }

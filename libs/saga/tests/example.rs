@@ -17,8 +17,9 @@ use sagaworks_outbox::{NewEvent, OutboxWriter};
 use sagaworks_saga::admin::{self, ActionError, ListFilter, StatusFilter};
 use sagaworks_saga::testing::{self, Case};
 use sagaworks_saga::{
-    Action, Compensation, Definition, DriveError, End, Engine, Launch, NewInstance, Operator, OperatorAction,
-    OperatorRecord, Saga, SagaSettings, SagaStatus, Statement, StepContext, StepError, StepOptions, Versions,
+    Action, Compensation, Definition, DriveError, End, Engine, Operator, OperatorAction, OperatorRecord,
+    Saga, SagaSettings, SagaStatus, StartError, Started, Statement, StepContext, StepError, StepOptions,
+    Versions,
 };
 use sagaworks_test_support::TestDatabase;
 use serde::{Deserialize, Serialize};
@@ -397,36 +398,35 @@ async fn shop() -> (TestDatabase, PgPool) {
     (database, pool)
 }
 
-/// A purchase of `quantity` and its saga, prepared (with one of the
-/// replica's permits when it has one free).
-fn launch(engine: &Engine<Purchase>, quantity: i64) -> (Uuid, Launch<Purchase>) {
-    let purchase_id = Uuid::now_v7();
-    let instance = NewInstance {
-        id: Uuid::now_v7(),
-        key: purchase_id.to_string(),
-        input: PurchaseInput { purchase_id, quantity },
-        traceparent: None,
-    };
-    (purchase_id, engine.prepare(instance).expect("the input encodes"))
-}
-
-/// The host's own statement: the purchase and its saga instance, together;
-/// the purchase's insert is the guard of the instance's rows.
-async fn commit_purchase(
+/// A purchase of `quantity` and its saga, started in one statement (the
+/// purchase's insert is the guard of the instance's rows), leased to this
+/// replica and holding one of its permits when it has one free.
+async fn start_purchase(
+    engine: &Engine<Purchase>,
     pool: &PgPool,
-    purchase_id: Uuid,
-    launch: Launch<Purchase>,
-) -> sagaworks_saga::Started<Purchase> {
-    let mut w = Statement::new("p");
-    let id = w.bind(purchase_id);
-    w.unguarded("p", format!("INSERT INTO purchases (id, status) VALUES ({id}, 'PENDING') RETURNING id"));
-    launch.commit(w, pool).await.expect("purchase placed").expect("a new purchase")
+    quantity: i64,
+) -> (Uuid, Started<Purchase>) {
+    let purchase_id = Uuid::now_v7();
+    let mut conn = pool.acquire().await.expect("a connection");
+    let input = PurchaseInput { purchase_id, quantity };
+    let started = engine
+        .start_with(&mut conn, purchase_id.to_string(), input, |_, w| {
+            let id = w.bind(purchase_id);
+            Ok::<_, StartError>(w.guard(
+                "purchase",
+                format!("INSERT INTO purchases (id, status) VALUES ({id}, 'PENDING') RETURNING id"),
+            ))
+        })
+        .await
+        .expect("purchase placed")
+        .expect("a new purchase");
+    (purchase_id, started)
 }
 
 /// Places a purchase and drives its saga (or hands it to the worker).
 async fn place(engine: &Engine<Purchase>, pool: &PgPool, quantity: i64, stop: &CancellationToken) -> Uuid {
-    let (purchase_id, launch) = launch(engine, quantity);
-    commit_purchase(pool, purchase_id, launch).await.run(Duration::from_secs(5), stop).await;
+    let (purchase_id, started) = start_purchase(engine, pool, quantity).await;
+    started.run(Duration::from_secs(5), stop).await;
     purchase_id
 }
 
@@ -934,18 +934,18 @@ fn other_trials() -> Vec<libtest_mimic::Trial> {
             Ok(())
         }),
         db_trial("a_step_that_lost_its_lease_writes_nothing", |pool, stop| async move {
-            // One permit, held by a launch never committed: the purchase's saga
-            // is created leased to this replica but not driven, and is driven
-            // below by hand.
+            // One permit, held by another purchase's saga that is never run: the
+            // purchase's saga is created leased to this replica but not driven,
+            // and is driven below by hand.
             let engine = Engine::new(
                 pool.clone(),
                 definition(&pool),
                 SagaSettings { max_concurrent: 1, ..settings() },
             )
             .unwrap();
-            let (_, busy) = launch(&engine, 1);
-            let (purchase, saga) = launch(&engine, 2);
-            let saga = commit_purchase(&pool, purchase, saga).await.id();
+            let (_, busy) = start_purchase(&engine, &pool, 1).await;
+            let (purchase, saga) = start_purchase(&engine, &pool, 2).await;
+            let saga = saga.id();
             drop(busy);
             // The reservation will wait for the stock row this transaction holds: mid-step.
             let mut stock = pool.begin().await.unwrap();
@@ -1020,7 +1020,7 @@ fn other_trials() -> Vec<libtest_mimic::Trial> {
                 .await
                 .unwrap();
             // With the replica's one permit taken, the new instance goes to its worker.
-            let (_, busy) = launch(&first, 1);
+            let (_, busy) = start_purchase(&first, &pool, 1).await;
             let purchase = place(&first, &pool, 2, &first_stop).await;
             drop(busy);
             let saga: Uuid = sqlx::query_scalar("SELECT id FROM saga_instances WHERE key = $1")
@@ -1267,6 +1267,79 @@ fn version_trials() -> Vec<libtest_mimic::Trial> {
     ]
 }
 
+/// The statement a transition commits, on its own.
+fn statement_trials() -> Vec<libtest_mimic::Trial> {
+    vec![db_trial("a_start_whose_guard_returns_no_row_creates_nothing", |pool, _| async move {
+        let engine = Engine::new(pool.clone(), definition(&pool), settings()).unwrap();
+        let (purchase, first) = start_purchase(&engine, &pool, 1).await;
+        drop(first);
+        // The same purchase again: its insert conflicts, the guard returns no row.
+        let mut conn = pool.acquire().await.unwrap();
+        let input = PurchaseInput { purchase_id: purchase, quantity: 1 };
+        let again = engine
+            .start_with(&mut conn, "another key", input, |_, w| {
+                let id = w.bind(purchase);
+                let insert = format!(
+                    "INSERT INTO purchases (id, status) VALUES ({id}, 'PENDING') \
+                     ON CONFLICT DO NOTHING RETURNING id"
+                );
+                Ok::<_, StartError>(w.guard("purchase", insert))
+            })
+            .await
+            .unwrap();
+        assert!(again.is_none(), "a start whose guard returned no row must not be started");
+        let instances: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM saga_instances").fetch_one(&pool).await.unwrap();
+        assert_eq!(instances, 1, "no instance for the second start");
+    })]
+}
+
+/// What debug builds check of a statement.
+#[cfg(debug_assertions)]
+fn debug_trials() -> Vec<libtest_mimic::Trial> {
+    vec![db_trial("two_writes_of_one_row_in_one_statement_fail_in_debug_builds", |pool, _| async move {
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        sqlx::query("INSERT INTO purchases (id, status) VALUES ($1, 'PENDING'), ($2, 'PENDING')")
+            .bind(a)
+            .bind(b)
+            .execute(&pool)
+            .await
+            .unwrap();
+        // The status of `first` and the total of `second`, as two guarded updates.
+        let write = |first: Uuid, second: Uuid| {
+            let mut w = Statement::new();
+            let (first, second) = (w.bind(first), w.bind(second));
+            let _ = w.guard("g", "SELECT 1");
+            w.guarded("purchase_status", |g| {
+                g.update("purchases").set("status = 'CONFIRMED'").filter(format!("purchases.id = {first}"))
+            });
+            w.guarded("purchase_total", |g| {
+                g.update("purchases AS p").set("total_cents = 500").filter(format!("p.id = {second}"))
+            });
+            let (sql, args) = w.finish("SELECT 1 FROM g").unwrap();
+            sqlx::query_with(AssertSqlSafe(sql), args).execute(&pool)
+        };
+        let purchase = |id: Uuid| {
+            sqlx::query_as::<_, (String, i64)>("SELECT status, total_cents FROM purchases WHERE id = $1")
+                .bind(id)
+                .fetch_one(&pool)
+        };
+
+        // One row each: both written.
+        write(a, b).await.expect("one write per row");
+        assert_eq!(purchase(a).await.unwrap(), ("CONFIRMED".to_string(), 0));
+        assert_eq!(purchase(b).await.unwrap(), ("PENDING".to_string(), 500));
+
+        // Both on `b`: PostgreSQL would apply one of them; the check refuses the statement.
+        let error = write(b, b).await.expect_err("two writes of one row must fail").to_string();
+        assert!(
+            error.contains("two writes of one row in one statement: purchase_status, purchase_total"),
+            "{error}"
+        );
+        assert_eq!(purchase(b).await.unwrap(), ("PENDING".to_string(), 500), "nothing was written");
+    })]
+}
+
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = testing::trials("matrix::", &shape(), run_case);
@@ -1275,5 +1348,8 @@ fn main() {
     trials.extend(version_trials());
     trials.extend(other_trials());
     trials.extend(operator_trials());
+    trials.extend(statement_trials());
+    #[cfg(debug_assertions)]
+    trials.extend(debug_trials());
     libtest_mimic::run(&args, trials).exit();
 }

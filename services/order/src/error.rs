@@ -78,4 +78,13 @@ impl From<Error> for Status {
     }
 }
 
+impl From<sagaworks_saga::StartError> for Error {
+    fn from(e: sagaworks_saga::StartError) -> Self {
+        match e {
+            sagaworks_saga::StartError::Db(db) => Error::Db(db),
+            input @ sagaworks_saga::StartError::Input { .. } => Error::Saga(input.to_string()),
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -204,8 +204,7 @@ impl OrderService for Orders {
             request_hash: request_hash(customer_id, &items),
             items,
             idempotency_key,
-            // This call's span: the saga's spans are its children, also when
-            // another replica resumes the saga later.
+            // This call's span, kept with the order.
             traceparent: sagaworks_telemetry::propagation::current_traceparent(),
         };
         // One statement, atomic on its own: no transaction needed.

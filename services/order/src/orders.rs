@@ -5,7 +5,7 @@ use crate::saga::{Line, OrderInput, PlaceOrder};
 use chrono::{DateTime, Utc};
 use sagaworks_events::{OrderCreated, OrderLine};
 use sagaworks_outbox::OutboxWriter;
-use sagaworks_saga::{Engine, InstanceRecord, NewInstance, Saga, Started, Statement, instance_json};
+use sagaworks_saga::{Engine, InstanceRecord, Saga, Started, instance_json};
 use serde::{Deserialize, Serialize};
 use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, FromRow, PgConnection};
@@ -47,8 +47,9 @@ pub struct NewOrder {
     pub items: BTreeMap<Uuid, i64>,
     pub idempotency_key: String,
     pub request_hash: Vec<u8>,
-    /// The W3C `traceparent` of the call that places the order: the saga's
-    /// spans are its children, also when another replica resumes the saga.
+    /// The W3C `traceparent` of the call that places the order, kept with
+    /// the order (the saga keeps the span that starts it, see
+    /// [`Engine::start_with`]).
     pub traceparent: Option<String>,
 }
 
@@ -62,7 +63,7 @@ const ORDER_COLUMNS: &str =
     "id, customer_id, status, total_cents, failure_reason, trace_id, created_at, updated_at";
 
 /// Inserts the PENDING order, its items, its saga instance (leased to this
-/// replica, see [`Engine::prepare`]) and its `OrderCreated` event, in one
+/// replica, see [`Engine::start_with`]) and its `OrderCreated` event, in one
 /// statement: outside a transaction it commits all of them or nothing.
 #[tracing::instrument(name = "db.create", skip_all, fields(
     otel.name = "create orders", otel.kind = "client", db.system = "postgresql", db.system.name = "postgresql",
@@ -74,51 +75,44 @@ pub async fn create(
     new: &NewOrder,
 ) -> Result<Created> {
     let order_id = Uuid::now_v7();
-    let saga_id = Uuid::now_v7();
     let trace_id = sagaworks_telemetry::propagation::current_trace_id();
     let lines: Vec<Line> =
         new.items.iter().map(|(&product_id, &quantity)| Line { product_id, quantity }).collect();
-    let event = outbox.stage(&OrderCreated {
-        order_id,
-        customer_id: new.customer_id,
-        items: lines.iter().map(|l| OrderLine { product_id: l.product_id, quantity: l.quantity }).collect(),
-        saga_id,
-    })?;
-    let saga = engine
-        .prepare(NewInstance {
-            id: saga_id,
-            key: order_id.to_string(),
-            input: OrderInput { order_id, customer_id: new.customer_id, items: lines },
-            traceparent: new.traceparent.clone(),
-        })
-        .map_err(|e| Error::Saga(e.to_string()))?;
+    let items = lines.iter().map(|l| OrderLine { product_id: l.product_id, quantity: l.quantity }).collect();
+    let input = OrderInput { order_id, customer_id: new.customer_id, items: lines };
     // One round trip: the order, its items, its saga and its event, or
     // nothing when the key was used before.
-    let mut w = Statement::new("o");
-    let (id, customer, key) =
-        (w.bind(order_id), w.bind(new.customer_id), w.bind(new.idempotency_key.clone()));
-    let (hash, trace_id, traceparent) =
-        (w.bind(new.request_hash.clone()), w.bind(trace_id), w.bind(new.traceparent.clone()));
-    // The guard of the statement: the rest is written only when the order is new.
-    w.unguarded(
-        "o",
-        format!(
-            "INSERT INTO orders (id, customer_id, status, idempotency_key, request_hash, trace_id, traceparent)
-             VALUES ({id}, {customer}, 'PENDING', {key}, {hash}, {trace_id}, {traceparent})
-             ON CONFLICT (customer_id, idempotency_key) DO NOTHING
-             RETURNING id"
-        ),
-    );
-    let products: Vec<Uuid> = new.items.keys().copied().collect();
-    let quantities: Vec<i64> = new.items.values().copied().collect();
-    let (products, quantities) = (w.bind(products), w.bind(quantities));
-    w.guarded("items", |g| {
-        g.insert("order_items (order_id, product_id, quantity)")
-            .select(format!("{g}.id, i.product_id, i.quantity"))
-            .from(format!("UNNEST({products}::uuid[], {quantities}::bigint[]) AS i (product_id, quantity)"))
-    });
-    w.event(event);
-    let Some(started) = saga.commit(w, &mut *conn).await? else {
+    let started = engine
+        .start_with(&mut *conn, order_id.to_string(), input, |saga_id, w| {
+            let event =
+                outbox.stage(&OrderCreated { order_id, customer_id: new.customer_id, items, saga_id })?;
+            let (id, customer, key) =
+                (w.bind(order_id), w.bind(new.customer_id), w.bind(new.idempotency_key.clone()));
+            let (hash, trace_id, traceparent) =
+                (w.bind(new.request_hash.clone()), w.bind(trace_id), w.bind(new.traceparent.clone()));
+            // The guard: the rest is written only when the order is new.
+            let order = w.guard(
+                "o",
+                format!(
+                    "INSERT INTO orders (id, customer_id, status, idempotency_key, request_hash, trace_id, traceparent)
+                     VALUES ({id}, {customer}, 'PENDING', {key}, {hash}, {trace_id}, {traceparent})
+                     ON CONFLICT (customer_id, idempotency_key) DO NOTHING
+                     RETURNING id"
+                ),
+            );
+            let products: Vec<Uuid> = new.items.keys().copied().collect();
+            let quantities: Vec<i64> = new.items.values().copied().collect();
+            let (products, quantities) = (w.bind(products), w.bind(quantities));
+            w.guarded("items", |g| {
+                g.insert("order_items (order_id, product_id, quantity)")
+                    .select(format!("{g}.id, i.product_id, i.quantity"))
+                    .from(format!("UNNEST({products}::uuid[], {quantities}::bigint[]) AS i (product_id, quantity)"))
+            });
+            w.event(event);
+            Ok::<_, Error>(order)
+        })
+        .await?;
+    let Some(started) = started else {
         let (id, hash) = sqlx::query_as::<_, (Uuid, Vec<u8>)>(
             "SELECT id, request_hash FROM orders WHERE customer_id = $1 AND idempotency_key = $2",
         )

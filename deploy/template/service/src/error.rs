@@ -15,9 +15,9 @@ pub enum Error {
     /// A downstream answered with something other than a business answer.
     #[error("{downstream}: {}", status.message())]
     Downstream { downstream: &'static str, status: Status },
-    /// The saga's input could not be stored.
-    #[error("saga: {0}")]
-    Saga(String),
+    /// The saga could not be started.
+    #[error(transparent)]
+    Saga(#[from] sagaworks_saga::StartError),
     #[error(transparent)]
     Outbox(#[from] sagaworks_outbox::OutboxError),
     #[error(transparent)]
@@ -50,7 +50,9 @@ impl From<Error> for Status {
                 tracing::error!(error = %e, "unexpected downstream answer");
                 Status::internal("internal error")
             }
-            Error::Outbox(sagaworks_outbox::OutboxError::Db(db)) | Error::Db(db) => db_status(db),
+            Error::Outbox(sagaworks_outbox::OutboxError::Db(db))
+            | Error::Saga(sagaworks_saga::StartError::Db(db))
+            | Error::Db(db) => db_status(db),
             Error::Saga(_) => {
                 tracing::error!(error = %e, "saga not started");
                 Status::internal("internal error")

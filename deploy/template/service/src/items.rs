@@ -7,7 +7,7 @@ use crate::saga::{ClaimInput, ClaimUnit};
 use chrono::{DateTime, Utc};
 use crate::contract::ItemCreated;
 use sagaworks_outbox::OutboxWriter;
-use sagaworks_saga::{Engine, NewInstance, Started};
+use sagaworks_saga::{Engine, Started};
 use sqlx::{AssertSqlSafe, FromRow, PgConnection};
 use uuid::Uuid;
 
@@ -36,7 +36,7 @@ pub struct Created {
 const ITEM_COLUMNS: &str = "id, product_id, name, status, created_at";
 
 /// Inserts the item, its `ItemCreated` event and its claim saga (see
-/// [`Engine::prepare`]) in the caller's transaction.
+/// [`Engine::start`]) in the caller's transaction.
 pub async fn create(
     conn: &mut PgConnection,
     outbox: &OutboxWriter,
@@ -56,16 +56,9 @@ pub async fn create(
     let event = ItemCreated { item_id: item.id, product_id: item.product_id, name: item.name.clone() };
     outbox.append(conn, &event).await?;
 
-    let launch = engine
-        .prepare(NewInstance {
-            id: Uuid::now_v7(),
-            key: item.id.to_string(),
-            input: ClaimInput { item_id: item.id, product_id: item.product_id },
-            traceparent: sagaworks_telemetry::propagation::current_traceparent(),
-        })
-        .map_err(|e| Error::Saga(e.to_string()))?;
     // The instance's rows, in the same transaction as the item.
-    let saga = launch.insert(&mut *conn).await?;
+    let input = ClaimInput { item_id: item.id, product_id: item.product_id };
+    let saga = engine.start(conn, item.id.to_string(), input).await?;
     Ok(Created { item, saga })
 }
 

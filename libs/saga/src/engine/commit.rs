@@ -39,7 +39,7 @@ impl<S: Saga> Engine<S> {
         let def = self.def(state);
         let name = def.name_at(state.at);
         let host = |e: StepError| DriveError::Host(id, e);
-        let mut w = Statement::new(GUARD);
+        let mut w = Statement::new();
         let plan = RowUpdate::new(next, state, carried.is_some(), audit.is_some(), self.settings());
         // The outputs this commit adds: the step's (forward, succeeded) and the
         // carried one's; a null output (a step that returns `()`) is not stored.
@@ -172,7 +172,7 @@ impl<S: Saga> Engine<S> {
         sql.push_str(" AND lease_owner = ");
         sql.push_str(&powner);
         sql.push_str(" RETURNING id");
-        w.unguarded(GUARD, sql);
+        w.guard(GUARD, sql);
     }
 
     /// The step rows: the current step's result (`saga_done`), the carried

@@ -23,8 +23,8 @@
 //! for that transaction only): losing one in a database crash leaves the
 //! instance where the previous commit left it, which is exactly the state a
 //! driver crash right after the participant's answer leaves, and the
-//! participants replay what it repeats. The host's statement that creates an
-//! instance ([`Engine::prepare`]) is the host's to make durable.
+//! participants replay what it repeats. The host's statement or transaction
+//! that creates an instance ([`Engine::start`]) is the host's to make durable.
 //!
 //! # Metrics and spans
 //!
@@ -38,7 +38,7 @@
 //!
 //! * `transition`: the pure state machine (a step's outcome -> what next,
 //!   and what that makes of the instance's row), with table-driven tests;
-//! * `start`: [`Engine::prepare`], [`Launch`], [`Started`];
+//! * `start`: [`Engine::start`], [`Engine::start_with`], [`Started`];
 //! * `worker`: leasing, the worker loop, the lease's hand-back;
 //! * `state`: the instance as its driver knows it, and loading it;
 //! * `drive`: the turn loop (run a step, commit its transition);
@@ -55,7 +55,7 @@ mod versions;
 mod worker;
 
 pub(crate) use commit::GUARD;
-pub use start::{Launch, NewInstance, Started};
+pub use start::{StartError, Started};
 pub(crate) use state::State;
 pub(crate) use transition::{Next, transition};
 pub use versions::{VersionError, VersionStatus, Versions};
