@@ -39,13 +39,13 @@ impl<S: Saga> Versions<S> {
     /// matrix (`testing::trials`).
     pub fn shapes(&self) -> Vec<crate::definition::Shape> {
         let mut shapes: Vec<_> = self.definitions.iter().map(Definition::shape).collect();
-        shapes.sort_by(|a, b| b.version.cmp(&a.version));
+        shapes.sort_by_key(|s| std::cmp::Reverse(s.version));
         shapes
     }
 
     /// Sorted newest first; two definitions of one version are an error.
     pub(crate) fn sorted(mut self) -> Result<Vec<Definition<S>>, String> {
-        self.definitions.sort_by(|a, b| b.version.cmp(&a.version));
+        self.definitions.sort_by_key(|d| std::cmp::Reverse(d.version));
         if let Some(w) = self.definitions.windows(2).find(|w| w[0].version == w[1].version) {
             return Err(format!("saga {:?}: version {} is declared twice", S::NAME, w[0].version));
         }
