@@ -21,6 +21,9 @@
   was (scripts/test-new-service also builds it and runs it in dev-up);
 * the Docker build context that .dockerignore leaves is a complete cargo workspace, with
   everything the build reads (proto/, migrations/, deploy/http-probe) and nothing else.
+* scripts/lib/advisories.sh's guards on the RustSec snapshot, on snapshots made here: a
+  copy whose SHA-256 is not the pinned one fails (and is not unpacked), one older than the
+  maximum age fails, and `scripts/advisories --pin` re-pins.
 
 Run from the repository root: `python3 deploy/test_deploy.py` (scripts/validate-deploy
 does). Needs docker-compose, kubectl (or $SW_KUSTOMIZE), PyYAML, the `docker` Python
@@ -832,6 +835,124 @@ class ServiceReplicasTest(unittest.TestCase):
                 done = self.sh("sw_replicas order", SW_REPLICAS_ORDER=bad)
                 self.assertNotEqual(done.returncode, 0)
                 self.assertIn("replicas must be 1 to 9", done.stderr)
+
+
+class AdvisorySnapshotTest(unittest.TestCase):
+    """scripts/lib/advisories.sh's guards on the RustSec snapshot, on a snapshot made here (a
+    git repository with one commit of a known date, packed as the real one is): its SHA-256
+    must be the pinned one, and its commit at most SW_RUSTSEC_MAX_AGE_DAYS old on the day
+    SW_ADVISORIES_TODAY names. cargo-deny's database directory is under a CARGO_HOME of the
+    test's own."""
+
+    LIB = ROOT / "scripts" / "lib" / "advisories.sh"
+    COMMITTED = "2026-01-10"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tmp = Path(tempfile.mkdtemp(prefix="sw-advisories-"))
+        cls.snapshot = cls.pack("good", "advisory-db")
+        cls.pinned = hashlib.sha256(cls.snapshot.read_bytes()).hexdigest()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def pack(cls, name: str, content: str) -> Path:
+        """A snapshot: a git repository whose one commit is of COMMITTED, 00:00 UTC."""
+        repo = cls.tmp / f"{name}-repo"
+        (repo / "crates" / "smallvec").mkdir(parents=True)
+        (repo / "crates" / "smallvec" / "RUSTSEC-2021-0003.md").write_text(content)
+        when = f"{cls.COMMITTED}T00:00:00+0000"
+        env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when, "GIT_AUTHOR_NAME": "t",
+               "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+               "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+        for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "snapshot"]):
+            subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
+        tarball = cls.tmp / f"{name}.tar.gz"
+        subprocess.run(["tar", "czf", str(tarball), "-C", str(repo), "."], check=True)
+        return tarball
+
+    def setUp(self) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="cargo-home-", dir=self.tmp))
+        self.pin_file = self.home / "rustsec-snapshot.sha256"
+        self.pin_file.write_text(f"# the pin\n{self.pinned}\n")
+        self.db = self.home / "advisory-dbs" / "advisory-db-3157b0e258782691"
+
+    def sh(self, script: str, snapshot: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+        env = {"SW_RUSTSEC_SNAPSHOT": str(snapshot or self.snapshot), "SW_RUSTSEC_PIN_FILE": str(self.pin_file),
+               "CARGO_HOME": str(self.home), "SW_RUSTSEC_MAX_AGE_DAYS": "90", "SW_ADVISORIES_TODAY": "2026-02-01",
+               **env}
+        return subprocess.run(["bash", "-c", f". {self.LIB} && {script}"], capture_output=True, text=True,
+                              env={**os.environ, **env}, timeout=60)
+
+    def test_the_pinned_snapshot_within_its_age_is_unpacked_with_its_date_and_age(self) -> None:
+        done = self.sh("sw_advisories_db")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(done.stdout.split(), [self.COMMITTED, "22"])
+        self.assertTrue((self.db / "crates" / "smallvec" / "RUSTSEC-2021-0003.md").is_file())
+
+    def test_a_tampered_snapshot_fails_on_its_hash_and_is_not_unpacked(self) -> None:
+        tampered = self.tmp / "tampered.tar.gz"
+        tampered.write_bytes(self.snapshot.read_bytes() + b"\0")
+        other = self.pack("other", "another advisory-db")
+        for snapshot in (tampered, other):
+            with self.subTest(snapshot.name):
+                done = self.sh("sw_advisories_db", snapshot)
+                self.assertNotEqual(done.returncode, 0)
+                self.assertIn(f"has SHA-256 {hashlib.sha256(snapshot.read_bytes()).hexdigest()}", done.stderr)
+                self.assertIn(f"pins {self.pinned}", done.stderr)
+                self.assertIn("re-pin it with `scripts/advisories --pin`", done.stderr)
+                self.assertFalse(self.db.exists(), "a snapshot that failed its pin was unpacked")
+        # The whole check, through its command, stops there too.
+        env = {"SW_RUSTSEC_SNAPSHOT": str(tampered), "SW_RUSTSEC_PIN_FILE": str(self.pin_file),
+               "CARGO_HOME": str(self.home)}
+        done = subprocess.run([str(ROOT / "scripts" / "advisories")], capture_output=True, text=True,
+                              env={**os.environ, **env}, timeout=60)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertIn("is not the snapshot this repository accepts", done.stderr)
+        self.assertNotIn("cargo deny check advisories", done.stdout)
+
+    def test_a_snapshot_older_than_the_max_age_fails_saying_so(self) -> None:
+        # 2026-01-10 to 2026-04-10: 90 days, the most allowed; a day later is one too many.
+        self.assertEqual(self.sh("sw_advisories_db", SW_ADVISORIES_TODAY="2026-04-10").returncode, 0)
+        done = self.sh("sw_advisories_db", SW_ADVISORIES_TODAY="2026-04-11")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("the RustSec snapshot is 91 days old (its commit is of 2026-01-10, today is 2026-04-11)",
+                      done.stderr)
+        self.assertIn("more than the 90 days allowed (SW_RUSTSEC_MAX_AGE_DAYS)", done.stderr)
+        self.assertEqual(done.stdout, "")
+        # The setting moves the limit.
+        self.assertEqual(self.sh("sw_advisories_db", SW_ADVISORIES_TODAY="2026-04-11",
+                                 SW_RUSTSEC_MAX_AGE_DAYS="91").returncode, 0)
+
+    def test_bad_settings_are_errors(self) -> None:
+        for env, message in (({"SW_ADVISORIES_TODAY": "tomorrow"}, "is not a date"),
+                             ({"SW_ADVISORIES_TODAY": "2026-02-30"}, "is not a date"),
+                             ({"SW_RUSTSEC_MAX_AGE_DAYS": "ninety"}, "is not a number of days")):
+            with self.subTest(env):
+                done = self.sh("sw_advisories_db", **env)
+                self.assertNotEqual(done.returncode, 0)
+                self.assertIn(message, done.stderr)
+        self.pin_file.write_text("# no hash here\n")
+        done = self.sh("sw_advisories_db")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("holds no SHA-256", done.stderr)
+
+    def test_re_pinning_accepts_the_new_snapshot_and_keeps_the_comments(self) -> None:
+        other = self.pack("repinned", "a newer advisory-db")
+        self.assertNotEqual(self.sh("sw_advisories_db", other).returncode, 0)
+        done = self.sh("sw_advisories_pin", other)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(self.pin_file.read_text(),
+                         f"# the pin\n{hashlib.sha256(other.read_bytes()).hexdigest()}\n")
+        self.assertEqual(self.sh("sw_advisories_db", other).returncode, 0)
+        self.assertNotEqual(self.sh("sw_advisories_db").returncode, 0, "the old snapshot still passes")
+
+    def test_the_committed_pin_is_a_sha256(self) -> None:
+        done = self.sh("sw_advisories_pinned", SW_RUSTSEC_PIN_FILE=str(ROOT / "scripts/lib/rustsec-snapshot.sha256"))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertRegex(done.stdout.strip(), r"^[0-9a-f]{64}$")
 
 
 class _StatusHandler(http.server.BaseHTTPRequestHandler):
