@@ -642,6 +642,43 @@ class WorkflowsTest(unittest.TestCase):
     def test_a_service_named_like_a_shared_workflow_fails(self) -> None:
         self.assert_fails(self.failures(ROOT, [*SERVICES, "libs"]), "libs: its workflow would be .github/workflows/libs.yml, a shared workflow")
 
+    def test_a_release_that_could_publish_before_its_tests_or_advisories_pass_fails(self) -> None:
+        release_rel = consistency.WORKFLOWS_DIR / consistency.RELEASE
+        original = (ROOT / release_rel).read_text()
+        self.assertIn("needs: [services, tests, advisories]", original)
+        self.assertIn("needs: [image, tests, advisories]", original)
+        cases = {
+            # The image job pushes to GHCR: without the advisories job among its needs.
+            "image without advisories": (
+                original.replace("needs: [services, tests, advisories]", "needs: [services, tests]"),
+                "job image (attestations: write, id-token: write, packages: write) does not need the job "
+                "calling .github/workflows/advisories.yml (advisories)"),
+            # Both publishing jobs as they were: only the services' list before the image.
+            "the jobs' needs without the checks": (
+                original.replace("needs: [services, tests, advisories]", "needs: services")
+                .replace("needs: [image, tests, advisories]", "needs: image"),
+                "job publish (contents: write) does not need the job calling .github/workflows/rust-tests.yml (tests)"),
+            "publish on always()": (
+                original.replace("needs: [image, tests, advisories]", "needs: [image, tests, advisories]\n    if: ${{ always() }}"),
+                "job publish (contents: write) runs on `if: ${{ always() }}`"),
+            "no tests job": (
+                original.replace("uses: ./.github/workflows/rust-tests.yml", "uses: ./.github/workflows/libs.yml"),
+                "no job calls .github/workflows/rust-tests.yml"),
+        }
+        for case, (text, needle) in cases.items():
+            with self.subTest(case), tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
+                root = self.copy(tmp)
+                (root / release_rel).write_text(text)
+                self.assert_fails(self.failures(root), needle)
+        with tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
+            root = self.copy(tmp)
+            advisories = root / consistency.WORKFLOWS_DIR / consistency.ADVISORIES
+            advisories.write_text(advisories.read_text().replace("scripts/advisories --online", "scripts/advisories")
+                                  .replace("  schedule:\n", "  unscheduled:\n"))
+            failures = self.failures(root)
+            self.assert_fails(failures, "advisories.yml: no step runs scripts/advisories --online")
+            self.assert_fails(failures, "advisories.yml: must run on schedule")
+
     def test_the_template_renders_the_real_services_workflows(self) -> None:
         # The template renders the real services' workflows too: they differ only by name.
         template = (ROOT / "deploy" / "template" / "workflow.yml").read_text()
