@@ -21,6 +21,8 @@
   was (scripts/test-new-service also builds it and runs it in dev-up);
 * the Docker build context that .dockerignore leaves is a complete cargo workspace, with
   everything the build reads (proto/, migrations/, deploy/http-probe) and nothing else.
+* deploy/image_pins.py lists every registry image reference without a digest (and only
+  those), and docs/security.md's Open list names each one the repository has;
 * scripts/lib/advisories.sh's guards on the RustSec snapshot, on snapshots made here: a
   copy whose SHA-256 is not the pinned one fails (and is not unpacked), one older than the
   maximum age fails, and `scripts/advisories --pin` re-pins.
@@ -872,6 +874,91 @@ class ServiceReplicasTest(unittest.TestCase):
                 done = self.sh("sw_replicas order", SW_REPLICAS_ORDER=bad)
                 self.assertNotEqual(done.returncode, 0)
                 self.assertIn("replicas must be 1 to 9", done.stderr)
+
+
+class ImagePinsTest(unittest.TestCase):
+    """deploy/image_pins.py lists every registry image reference without a digest, and
+    docs/security.md's Open list names each of them."""
+
+    PINNED = "sha256:" + "0" * 63 + "1"
+
+    def tree(self, tmp: str) -> Path:
+        root = Path(tmp)
+        (root / "deploy" / "containers" / "x").mkdir(parents=True)
+        (root / "k8s" / "base").mkdir(parents=True)
+        (root / ".github" / "workflows").mkdir(parents=True)
+        (root / "docker-compose.yml").write_text(
+            "services:\n"
+            "  db:\n    image: postgres:17-bookworm\n"
+            f"  broker:\n    image: \"apache/kafka:4.4.0@{self.PINNED}\"\n"
+            "  order:\n    image: sagaworks/order:${SAGAWORKS_TAG:-dev}\n"
+            "  other:\n    image: ${OTHER_IMAGE}\n")
+        (root / "deploy" / "Dockerfile").write_text(
+            "ARG RUST_IMAGE=rust:1.95-slim-bookworm\n"
+            f"ARG DEBIAN_IMAGE=debian:bookworm-slim@{self.PINNED}\n"
+            "FROM ${RUST_IMAGE} AS chef\nFROM chef AS builder\nFROM scratch AS empty\n"
+            "FROM busybox:1.37 AS tools\nFROM ${DEBIAN_IMAGE} AS runtime\n")
+        (root / "deploy" / "containers" / "x" / "Dockerfile").write_text(
+            "ARG BASE_IMAGE=sagaworks-local/debian:bookworm\nFROM ${BASE_IMAGE}\n")
+        (root / "k8s" / "base" / "db.yaml").write_text(
+            "spec:\n  containers:\n    - image: grafana/grafana:12.3.1 # a comment\n"
+            "    - name: app\n      image: sagaworks/gateway:latest\n"
+            "    - name: dns\n      image: sagaworks.local/coredns:v1.14.7\n")
+        (root / ".github" / "workflows" / "a.yml").write_text(
+            "jobs:\n  a:\n    container: node:24-bookworm\n  b:\n    container:\n      image: rust:1.95-bookworm\n"
+            "    steps:\n      - name: image name\n        id: name\n")
+        return root
+
+    def test_every_unpinned_registry_reference_is_listed_and_nothing_else(self) -> None:
+        import image_pins
+
+        with tempfile.TemporaryDirectory(prefix="sw-image-pins-") as tmp:
+            root = self.tree(tmp)
+            listed = [(ref.path, ref.line, ref.ref) for ref in image_pins.unpinned(root)]
+            self.assertEqual(listed, [
+                ("docker-compose.yml", 3, "postgres:17-bookworm"),
+                ("deploy/Dockerfile", 1, "rust:1.95-slim-bookworm"),
+                ("deploy/Dockerfile", 6, "busybox:1.37"),
+                ("k8s/base/db.yaml", 3, "grafana/grafana:12.3.1"),
+                (".github/workflows/a.yml", 3, "node:24-bookworm"),
+                (".github/workflows/a.yml", 6, "rust:1.95-bookworm"),
+            ])
+            pinned = [ref.ref for ref in image_pins.image_refs(root) if ref.pinned]
+            self.assertEqual(pinned, [f"apache/kafka:4.4.0@{self.PINNED}", f"debian:bookworm-slim@{self.PINNED}"])
+
+    def test_strict_mode_fails_until_every_reference_is_pinned(self) -> None:
+        script = ROOT / "deploy" / "image_pins.py"
+        with tempfile.TemporaryDirectory(prefix="sw-image-pins-") as tmp:
+            root = self.tree(tmp)
+            report = subprocess.run([sys.executable, str(script), "--root", str(root)], capture_output=True, text=True)
+            self.assertEqual(report.returncode, 0, report.stderr)
+            self.assertIn("UNPINNED docker-compose.yml:3: postgres:17-bookworm", report.stdout)
+            self.assertIn("8 registry image references, 2 pinned by digest, 6 not", report.stdout)
+            strict = subprocess.run([sys.executable, str(script), "--root", str(root), "--strict"],
+                                    capture_output=True, text=True)
+            self.assertEqual(strict.returncode, 1, strict.stdout)
+            for path in (root / "docker-compose.yml", root / "deploy" / "Dockerfile", root / "k8s" / "base" / "db.yaml",
+                         root / ".github" / "workflows" / "a.yml"):
+                path.write_text(re.sub(r"(postgres:17-bookworm|rust:1\.95-slim-bookworm|busybox:1\.37|grafana/grafana:12\.3\.1"
+                                       r"|node:24-bookworm|rust:1\.95-bookworm)\b", rf"\1@{self.PINNED}", path.read_text()))
+            strict = subprocess.run([sys.executable, str(script), "--root", str(root), "--strict"],
+                                    capture_output=True, text=True)
+            self.assertEqual(strict.returncode, 0, strict.stdout)
+            self.assertIn("8 pinned by digest, 0 not", strict.stdout)
+
+    def test_the_repositorys_unpinned_references_are_each_in_the_open_list(self) -> None:
+        import image_pins
+
+        refs = image_pins.unpinned(ROOT)
+        paths = {ref.path for ref in refs}
+        for expected in ("docker-compose.yml", "deploy/Dockerfile", ".github/workflows/rust-tests.yml",
+                         "k8s/overlays/dev/infra/kafka.yaml"):
+            self.assertIn(expected, paths)
+        self.assertFalse([ref for ref in image_pins.image_refs(ROOT) if ref.ref.startswith(image_pins.OWN_PREFIXES)])
+        security = (ROOT / "docs" / "security.md").read_text()
+        open_list = security[security.index("\n## Open\n"):]
+        missing = sorted({ref.ref for ref in refs if f"`{ref.ref}`" not in open_list})
+        self.assertEqual(missing, [], "docs/security.md's Open list must name every image not pinned by digest")
 
 
 class AdvisorySnapshotTest(unittest.TestCase):
