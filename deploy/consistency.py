@@ -50,7 +50,8 @@ What it asserts, per service of services.toml:
 * the CI pipelines: every service of services.toml has its workflow
   .github/workflows/<service>.yml (named after it, on its services/<service>/** paths, calling
   service-pipeline.yml with its name), and no workflow names a service that does not exist
-  (check_workflows);
+  (check_workflows); release.yml pushes and publishes only after its jobs calling
+  rust-tests.yml and advisories.yml passed (check_release_gates);
 * Kafka runs secured like scripts/kafka's secure mode (check_kafka_security):
   deploy/kafka/start.sh (and its dev copy) with SASL_SSL, an SSL controller listener
   with client certificates, the StandardAuthorizer and no access without an ACL; a SCRAM
@@ -1541,7 +1542,12 @@ WORKFLOWS_DIR = Path(".github/workflows")
 #: The reusable pipeline every service's workflow calls.
 SERVICE_PIPELINE = "service-pipeline.yml"
 #: The workflows that are no service's: the reusable ones, the libraries', the release.
-SHARED_WORKFLOWS = (SERVICE_PIPELINE, "rust-tests.yml", "libs.yml", "release.yml")
+RUST_TESTS = "rust-tests.yml"
+ADVISORIES = "advisories.yml"
+RELEASE = "release.yml"
+SHARED_WORKFLOWS = (SERVICE_PIPELINE, RUST_TESTS, "libs.yml", RELEASE, ADVISORIES)
+#: What a job's `if:` may not call: each runs the job although a job it needs failed.
+_BYPASSING_STATUS = ("always()", "failure()", "cancelled()")
 
 
 def _workflow_triggers(doc: dict[str, Any]) -> dict[str, Any]:
@@ -1625,6 +1631,91 @@ def check_workflows(report: Report, root: Path, services: Iterable[str] | None =
             [service for _, service in calls] == [name],
             f"{rel}: must call {WORKFLOWS_DIR / SERVICE_PIPELINE} once, with service: {name} (got {calls})",
         )
+    check_release_gates(report, root)
+
+
+def _needs(job: dict[str, Any]) -> list[str]:
+    needs = job.get("needs") or []
+    return [needs] if isinstance(needs, str) else [n for n in needs if isinstance(n, str)]
+
+
+def _writes(job: dict[str, Any]) -> list[str]:
+    """The write permissions a job asks for (an empty list: it can publish nothing)."""
+    permissions = job.get("permissions")
+    if permissions == "write-all":
+        return ["write-all"]
+    if not isinstance(permissions, dict):
+        return []
+    return sorted(f"{scope}: write" for scope, level in permissions.items() if level == "write")
+
+
+def check_release_gates(report: Report, root: Path) -> None:
+    """release.yml pushes and publishes nothing before the tests and the advisory check pass:
+    it has a job calling rust-tests.yml and one calling advisories.yml, and every job that asks
+    for a write permission needs both (directly, or through the jobs it needs) and runs only
+    when they succeeded (no always(), failure() or cancelled() in its `if:`). advisories.yml
+    runs `scripts/advisories --online`, when called and every day."""
+    rel = WORKFLOWS_DIR / RELEASE
+    try:
+        doc = yaml.safe_load((root / rel).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        report.check(False, f"{rel}: cannot read it ({e})")
+        return
+    jobs = doc.get("jobs") if isinstance(doc, dict) and isinstance(doc.get("jobs"), dict) else {}
+    jobs = {job_id: job for job_id, job in jobs.items() if isinstance(job, dict)}
+    gates = {
+        workflow: {job_id for job_id, job in jobs.items() if job.get("uses") == f"./{WORKFLOWS_DIR}/{workflow}"}
+        for workflow in (RUST_TESTS, ADVISORIES)
+    }
+    for workflow, ids in gates.items():
+        report.check(bool(ids), f"{rel}: no job calls {WORKFLOWS_DIR / workflow}, so nothing holds the release back on it")
+
+    def upstream(job_id: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(_needs(jobs.get(job_id, {})))
+        while todo:
+            need = todo.pop()
+            if need not in seen:
+                seen.add(need)
+                todo.extend(_needs(jobs.get(need, {})))
+        return seen
+
+    for job_id, job in jobs.items():
+        writes = _writes(job)
+        if not writes or any(job_id in ids for ids in gates.values()):
+            continue
+        before = upstream(job_id)
+        for workflow, ids in gates.items():
+            if ids:
+                report.check(
+                    bool(before & ids),
+                    f"{rel}: job {job_id} ({', '.join(writes)}) does not need the job calling "
+                    f"{WORKFLOWS_DIR / workflow} ({', '.join(sorted(ids))}): it would publish after a red check",
+                )
+        condition = str(job.get("if", ""))
+        report.check(
+            not any(status in condition.replace(" ", "") for status in _BYPASSING_STATUS),
+            f"{rel}: job {job_id} ({', '.join(writes)}) runs on `if: {condition}`, also when a job it needs failed",
+        )
+
+    rel = WORKFLOWS_DIR / ADVISORIES
+    try:
+        doc = yaml.safe_load((root / rel).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        report.check(False, f"{rel}: cannot read it ({e})")
+        return
+    triggers = _workflow_triggers(doc) if isinstance(doc, dict) else {}
+    for event in ("workflow_call", "schedule"):
+        report.check(event in triggers, f"{rel}: must run on {event}")
+    runs = [
+        step.get("run", "")
+        for job in ((doc or {}).get("jobs") or {}).values() if isinstance(job, dict)
+        for step in (job.get("steps") or []) if isinstance(step, dict)
+    ]
+    report.check(
+        any("scripts/advisories --online" in str(run) for run in runs),
+        f"{rel}: no step runs scripts/advisories --online",
+    )
 
 
 def check_all(

@@ -21,6 +21,11 @@
   was (scripts/test-new-service also builds it and runs it in dev-up);
 * the Docker build context that .dockerignore leaves is a complete cargo workspace, with
   everything the build reads (proto/, migrations/, deploy/http-probe) and nothing else.
+* deploy/image_pins.py lists every registry image reference without a digest (and only
+  those), and docs/security.md's Open list names each one the repository has;
+* scripts/lib/advisories.sh's guards on the RustSec snapshot, on snapshots made here: a
+  copy whose SHA-256 is not the pinned one fails (and is not unpacked), one older than the
+  maximum age fails, and `scripts/advisories --pin` re-pins.
 
 Run from the repository root: `python3 deploy/test_deploy.py` (scripts/validate-deploy
 does). Needs docker-compose, kubectl (or $SW_KUSTOMIZE), PyYAML, the `docker` Python
@@ -639,6 +644,43 @@ class WorkflowsTest(unittest.TestCase):
     def test_a_service_named_like_a_shared_workflow_fails(self) -> None:
         self.assert_fails(self.failures(ROOT, [*SERVICES, "libs"]), "libs: its workflow would be .github/workflows/libs.yml, a shared workflow")
 
+    def test_a_release_that_could_publish_before_its_tests_or_advisories_pass_fails(self) -> None:
+        release_rel = consistency.WORKFLOWS_DIR / consistency.RELEASE
+        original = (ROOT / release_rel).read_text()
+        self.assertIn("needs: [services, tests, advisories]", original)
+        self.assertIn("needs: [image, tests, advisories]", original)
+        cases = {
+            # The image job pushes to GHCR: without the advisories job among its needs.
+            "image without advisories": (
+                original.replace("needs: [services, tests, advisories]", "needs: [services, tests]"),
+                "job image (attestations: write, id-token: write, packages: write) does not need the job "
+                "calling .github/workflows/advisories.yml (advisories)"),
+            # Both publishing jobs as they were: only the services' list before the image.
+            "the jobs' needs without the checks": (
+                original.replace("needs: [services, tests, advisories]", "needs: services")
+                .replace("needs: [image, tests, advisories]", "needs: image"),
+                "job publish (contents: write) does not need the job calling .github/workflows/rust-tests.yml (tests)"),
+            "publish on always()": (
+                original.replace("needs: [image, tests, advisories]", "needs: [image, tests, advisories]\n    if: ${{ always() }}"),
+                "job publish (contents: write) runs on `if: ${{ always() }}`"),
+            "no tests job": (
+                original.replace("uses: ./.github/workflows/rust-tests.yml", "uses: ./.github/workflows/libs.yml"),
+                "no job calls .github/workflows/rust-tests.yml"),
+        }
+        for case, (text, needle) in cases.items():
+            with self.subTest(case), tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
+                root = self.copy(tmp)
+                (root / release_rel).write_text(text)
+                self.assert_fails(self.failures(root), needle)
+        with tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
+            root = self.copy(tmp)
+            advisories = root / consistency.WORKFLOWS_DIR / consistency.ADVISORIES
+            advisories.write_text(advisories.read_text().replace("scripts/advisories --online", "scripts/advisories")
+                                  .replace("  schedule:\n", "  unscheduled:\n"))
+            failures = self.failures(root)
+            self.assert_fails(failures, "advisories.yml: no step runs scripts/advisories --online")
+            self.assert_fails(failures, "advisories.yml: must run on schedule")
+
     def test_the_template_renders_the_real_services_workflows(self) -> None:
         # The template renders the real services' workflows too: they differ only by name.
         template = (ROOT / "deploy" / "template" / "workflow.yml").read_text()
@@ -832,6 +874,209 @@ class ServiceReplicasTest(unittest.TestCase):
                 done = self.sh("sw_replicas order", SW_REPLICAS_ORDER=bad)
                 self.assertNotEqual(done.returncode, 0)
                 self.assertIn("replicas must be 1 to 9", done.stderr)
+
+
+class ImagePinsTest(unittest.TestCase):
+    """deploy/image_pins.py lists every registry image reference without a digest, and
+    docs/security.md's Open list names each of them."""
+
+    PINNED = "sha256:" + "0" * 63 + "1"
+
+    def tree(self, tmp: str) -> Path:
+        root = Path(tmp)
+        (root / "deploy" / "containers" / "x").mkdir(parents=True)
+        (root / "k8s" / "base").mkdir(parents=True)
+        (root / ".github" / "workflows").mkdir(parents=True)
+        (root / "docker-compose.yml").write_text(
+            "services:\n"
+            "  db:\n    image: postgres:17-bookworm\n"
+            f"  broker:\n    image: \"apache/kafka:4.4.0@{self.PINNED}\"\n"
+            "  order:\n    image: sagaworks/order:${SAGAWORKS_TAG:-dev}\n"
+            "  other:\n    image: ${OTHER_IMAGE}\n")
+        (root / "deploy" / "Dockerfile").write_text(
+            "ARG RUST_IMAGE=rust:1.95-slim-bookworm\n"
+            f"ARG DEBIAN_IMAGE=debian:bookworm-slim@{self.PINNED}\n"
+            "FROM ${RUST_IMAGE} AS chef\nFROM chef AS builder\nFROM scratch AS empty\n"
+            "FROM busybox:1.37 AS tools\nFROM ${DEBIAN_IMAGE} AS runtime\n")
+        (root / "deploy" / "containers" / "x" / "Dockerfile").write_text(
+            "ARG BASE_IMAGE=sagaworks-local/debian:bookworm\nFROM ${BASE_IMAGE}\n")
+        (root / "k8s" / "base" / "db.yaml").write_text(
+            "spec:\n  containers:\n    - image: grafana/grafana:12.3.1 # a comment\n"
+            "    - name: app\n      image: sagaworks/gateway:latest\n"
+            "    - name: dns\n      image: sagaworks.local/coredns:v1.14.7\n")
+        (root / ".github" / "workflows" / "a.yml").write_text(
+            "jobs:\n  a:\n    container: node:24-bookworm\n  b:\n    container:\n      image: rust:1.95-bookworm\n"
+            "    steps:\n      - name: image name\n        id: name\n")
+        return root
+
+    def test_every_unpinned_registry_reference_is_listed_and_nothing_else(self) -> None:
+        import image_pins
+
+        with tempfile.TemporaryDirectory(prefix="sw-image-pins-") as tmp:
+            root = self.tree(tmp)
+            listed = [(ref.path, ref.line, ref.ref) for ref in image_pins.unpinned(root)]
+            self.assertEqual(listed, [
+                ("docker-compose.yml", 3, "postgres:17-bookworm"),
+                ("deploy/Dockerfile", 1, "rust:1.95-slim-bookworm"),
+                ("deploy/Dockerfile", 6, "busybox:1.37"),
+                ("k8s/base/db.yaml", 3, "grafana/grafana:12.3.1"),
+                (".github/workflows/a.yml", 3, "node:24-bookworm"),
+                (".github/workflows/a.yml", 6, "rust:1.95-bookworm"),
+            ])
+            pinned = [ref.ref for ref in image_pins.image_refs(root) if ref.pinned]
+            self.assertEqual(pinned, [f"apache/kafka:4.4.0@{self.PINNED}", f"debian:bookworm-slim@{self.PINNED}"])
+
+    def test_strict_mode_fails_until_every_reference_is_pinned(self) -> None:
+        script = ROOT / "deploy" / "image_pins.py"
+        with tempfile.TemporaryDirectory(prefix="sw-image-pins-") as tmp:
+            root = self.tree(tmp)
+            report = subprocess.run([sys.executable, str(script), "--root", str(root)], capture_output=True, text=True)
+            self.assertEqual(report.returncode, 0, report.stderr)
+            self.assertIn("UNPINNED docker-compose.yml:3: postgres:17-bookworm", report.stdout)
+            self.assertIn("8 registry image references, 2 pinned by digest, 6 not", report.stdout)
+            strict = subprocess.run([sys.executable, str(script), "--root", str(root), "--strict"],
+                                    capture_output=True, text=True)
+            self.assertEqual(strict.returncode, 1, strict.stdout)
+            for path in (root / "docker-compose.yml", root / "deploy" / "Dockerfile", root / "k8s" / "base" / "db.yaml",
+                         root / ".github" / "workflows" / "a.yml"):
+                path.write_text(re.sub(r"(postgres:17-bookworm|rust:1\.95-slim-bookworm|busybox:1\.37|grafana/grafana:12\.3\.1"
+                                       r"|node:24-bookworm|rust:1\.95-bookworm)\b", rf"\1@{self.PINNED}", path.read_text()))
+            strict = subprocess.run([sys.executable, str(script), "--root", str(root), "--strict"],
+                                    capture_output=True, text=True)
+            self.assertEqual(strict.returncode, 0, strict.stdout)
+            self.assertIn("8 pinned by digest, 0 not", strict.stdout)
+
+    def test_the_repositorys_unpinned_references_are_each_in_the_open_list(self) -> None:
+        import image_pins
+
+        refs = image_pins.unpinned(ROOT)
+        paths = {ref.path for ref in refs}
+        for expected in ("docker-compose.yml", "deploy/Dockerfile", ".github/workflows/rust-tests.yml",
+                         "k8s/overlays/dev/infra/kafka.yaml"):
+            self.assertIn(expected, paths)
+        self.assertFalse([ref for ref in image_pins.image_refs(ROOT) if ref.ref.startswith(image_pins.OWN_PREFIXES)])
+        security = (ROOT / "docs" / "security.md").read_text()
+        open_list = security[security.index("\n## Open\n"):]
+        missing = sorted({ref.ref for ref in refs if f"`{ref.ref}`" not in open_list})
+        self.assertEqual(missing, [], "docs/security.md's Open list must name every image not pinned by digest")
+
+
+class AdvisorySnapshotTest(unittest.TestCase):
+    """scripts/lib/advisories.sh's guards on the RustSec snapshot, on a snapshot made here (a
+    git repository with one commit of a known date, packed as the real one is): its SHA-256
+    must be the pinned one, and its commit at most SW_RUSTSEC_MAX_AGE_DAYS old on the day
+    SW_ADVISORIES_TODAY names. cargo-deny's database directory is under a CARGO_HOME of the
+    test's own."""
+
+    LIB = ROOT / "scripts" / "lib" / "advisories.sh"
+    COMMITTED = "2026-01-10"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tmp = Path(tempfile.mkdtemp(prefix="sw-advisories-"))
+        cls.snapshot = cls.pack("good", "advisory-db")
+        cls.pinned = hashlib.sha256(cls.snapshot.read_bytes()).hexdigest()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def pack(cls, name: str, content: str) -> Path:
+        """A snapshot: a git repository whose one commit is of COMMITTED, 00:00 UTC."""
+        repo = cls.tmp / f"{name}-repo"
+        (repo / "crates" / "smallvec").mkdir(parents=True)
+        (repo / "crates" / "smallvec" / "RUSTSEC-2021-0003.md").write_text(content)
+        when = f"{cls.COMMITTED}T00:00:00+0000"
+        env = {**os.environ, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when, "GIT_AUTHOR_NAME": "t",
+               "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+               "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+        for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "snapshot"]):
+            subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
+        tarball = cls.tmp / f"{name}.tar.gz"
+        subprocess.run(["tar", "czf", str(tarball), "-C", str(repo), "."], check=True)
+        return tarball
+
+    def setUp(self) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="cargo-home-", dir=self.tmp))
+        self.pin_file = self.home / "rustsec-snapshot.sha256"
+        self.pin_file.write_text(f"# the pin\n{self.pinned}\n")
+        self.db = self.home / "advisory-dbs" / "advisory-db-3157b0e258782691"
+
+    def sh(self, script: str, snapshot: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+        env = {"SW_RUSTSEC_SNAPSHOT": str(snapshot or self.snapshot), "SW_RUSTSEC_PIN_FILE": str(self.pin_file),
+               "CARGO_HOME": str(self.home), "SW_RUSTSEC_MAX_AGE_DAYS": "90", "SW_ADVISORIES_TODAY": "2026-02-01",
+               **env}
+        return subprocess.run(["bash", "-c", f". {self.LIB} && {script}"], capture_output=True, text=True,
+                              env={**os.environ, **env}, timeout=60)
+
+    def test_the_pinned_snapshot_within_its_age_is_unpacked_with_its_date_and_age(self) -> None:
+        done = self.sh("sw_advisories_db")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(done.stdout.split(), [self.COMMITTED, "22"])
+        self.assertTrue((self.db / "crates" / "smallvec" / "RUSTSEC-2021-0003.md").is_file())
+
+    def test_a_tampered_snapshot_fails_on_its_hash_and_is_not_unpacked(self) -> None:
+        tampered = self.tmp / "tampered.tar.gz"
+        tampered.write_bytes(self.snapshot.read_bytes() + b"\0")
+        other = self.pack("other", "another advisory-db")
+        for snapshot in (tampered, other):
+            with self.subTest(snapshot.name):
+                done = self.sh("sw_advisories_db", snapshot)
+                self.assertNotEqual(done.returncode, 0)
+                self.assertIn(f"has SHA-256 {hashlib.sha256(snapshot.read_bytes()).hexdigest()}", done.stderr)
+                self.assertIn(f"pins {self.pinned}", done.stderr)
+                self.assertIn("re-pin it with `scripts/advisories --pin`", done.stderr)
+                self.assertFalse(self.db.exists(), "a snapshot that failed its pin was unpacked")
+        # The whole check, through its command, stops there too.
+        env = {"SW_RUSTSEC_SNAPSHOT": str(tampered), "SW_RUSTSEC_PIN_FILE": str(self.pin_file),
+               "CARGO_HOME": str(self.home)}
+        done = subprocess.run([str(ROOT / "scripts" / "advisories")], capture_output=True, text=True,
+                              env={**os.environ, **env}, timeout=60)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertIn("is not the snapshot this repository accepts", done.stderr)
+        self.assertNotIn("cargo deny check advisories", done.stdout)
+
+    def test_a_snapshot_older_than_the_max_age_fails_saying_so(self) -> None:
+        # 2026-01-10 to 2026-04-10: 90 days, the most allowed; a day later is one too many.
+        self.assertEqual(self.sh("sw_advisories_db", SW_ADVISORIES_TODAY="2026-04-10").returncode, 0)
+        done = self.sh("sw_advisories_db", SW_ADVISORIES_TODAY="2026-04-11")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("the RustSec snapshot is 91 days old (its commit is of 2026-01-10, today is 2026-04-11)",
+                      done.stderr)
+        self.assertIn("more than the 90 days allowed (SW_RUSTSEC_MAX_AGE_DAYS)", done.stderr)
+        self.assertEqual(done.stdout, "")
+        # The setting moves the limit.
+        self.assertEqual(self.sh("sw_advisories_db", SW_ADVISORIES_TODAY="2026-04-11",
+                                 SW_RUSTSEC_MAX_AGE_DAYS="91").returncode, 0)
+
+    def test_bad_settings_are_errors(self) -> None:
+        for env, message in (({"SW_ADVISORIES_TODAY": "tomorrow"}, "is not a date"),
+                             ({"SW_ADVISORIES_TODAY": "2026-02-30"}, "is not a date"),
+                             ({"SW_RUSTSEC_MAX_AGE_DAYS": "ninety"}, "is not a number of days")):
+            with self.subTest(env):
+                done = self.sh("sw_advisories_db", **env)
+                self.assertNotEqual(done.returncode, 0)
+                self.assertIn(message, done.stderr)
+        self.pin_file.write_text("# no hash here\n")
+        done = self.sh("sw_advisories_db")
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("holds no SHA-256", done.stderr)
+
+    def test_re_pinning_accepts_the_new_snapshot_and_keeps_the_comments(self) -> None:
+        other = self.pack("repinned", "a newer advisory-db")
+        self.assertNotEqual(self.sh("sw_advisories_db", other).returncode, 0)
+        done = self.sh("sw_advisories_pin", other)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(self.pin_file.read_text(),
+                         f"# the pin\n{hashlib.sha256(other.read_bytes()).hexdigest()}\n")
+        self.assertEqual(self.sh("sw_advisories_db", other).returncode, 0)
+        self.assertNotEqual(self.sh("sw_advisories_db").returncode, 0, "the old snapshot still passes")
+
+    def test_the_committed_pin_is_a_sha256(self) -> None:
+        done = self.sh("sw_advisories_pinned", SW_RUSTSEC_PIN_FILE=str(ROOT / "scripts/lib/rustsec-snapshot.sha256"))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertRegex(done.stdout.strip(), r"^[0-9a-f]{64}$")
 
 
 class _StatusHandler(http.server.BaseHTTPRequestHandler):
