@@ -1,5 +1,5 @@
 // Command temporal-peer is the order saga of sagaworks orchestrated by Temporal: the second
-// peer of scripts/bench-peer (issue #23, item 5), beside bench/restate-peer.
+// peer of scripts/bench-peer, beside bench/restate-peer.
 //
 // One process holds the Temporal worker (the workflow OrderSaga and its activities, on task
 // queue TASK_QUEUE) and a small HTTP front for the load tool, the counterpart of Restate's

@@ -16,8 +16,8 @@
 # anew, anything else reuses it. The build goes to a temporary directory in that directory
 # first and is renamed when complete, under a lock (flock), so an interrupted or concurrent
 # build leaves no half binary: scripts/lib/tracing.sh's sw_tracing_build_once, which builds
-# Jaeger, the Collector and the Temporal CLI the same way. First build on a fresh machine:
-# about 15 s.
+# Jaeger, the Collector and the Temporal CLI the same way. The first build on a fresh
+# machine takes seconds.
 
 SW_ACTIONLINT_MODULE=github.com/rhysd/actionlint
 SW_ACTIONLINT_VERSION=v1.7.12

@@ -21,8 +21,8 @@
 # ${XDG_CACHE_HOME:-$HOME/.cache}/sagaworks/bin/ as temporal-<version>-<hash>, the hash being
 # that of the build recipe (module, version, flags): a change of either builds anew. Built
 # under the bin dir's lock into a temporary name, then renamed (scripts/lib/tracing.sh's
-# sw_tracing_build_once). First build on a fresh machine: about 8 minutes on 2 busy cores;
-# afterwards none.
+# sw_tracing_build_once). The first build on a fresh machine takes minutes; afterwards
+# none.
 
 SW_TEMPORAL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # shellcheck source=scripts/lib/tracing.sh

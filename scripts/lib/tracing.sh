@@ -29,8 +29,8 @@
 # go.sum; the manifest): a version bump or a manifest edit builds anew, anything else
 # reuses the binary. A build goes to a temporary name first and is renamed when complete,
 # under a lock (flock), so an interrupted or concurrent build leaves no half binary.
-# Go's caches stay where Go keeps them (GOMODCACHE, GOCACHE). First build on a fresh
-# machine: a few minutes each (docs/testing.md); afterwards none.
+# Go's caches stay where Go keeps them (GOMODCACHE, GOCACHE). The first build on a fresh
+# machine takes a few minutes each (docs/testing.md); afterwards none.
 #
 # The local run (sw_tracing_start), on 127.0.0.1 only, with the committed configs
 # deploy/observability/jaeger.yaml and deploy/observability/otel-collector.yaml (the

@@ -1,5 +1,5 @@
 // The order saga of sagaworks (services/order/src/saga.rs), orchestrated by Restate instead of
-// the saga library: the peer of `scripts/bench-peer` (issue #23, item 5).
+// the saga library: the peer of `scripts/bench-peer`.
 //
 //   reserve_stock ──ok──> charge_payment ──ok──> confirm_order ──> CONFIRMED
 //        │                     │

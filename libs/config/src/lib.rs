@@ -254,8 +254,8 @@ pub struct DatabaseSettings {
     /// `force_generic_plan`, plans each prepared statement once per connection.
     /// PostgreSQL's own default (`auto`) compares the first five runs' plans with
     /// a generic one and may settle on planning a statement on every run, which
-    /// under load made a service's database cost differ from run to run
-    /// (docs/perf-log.md). Empty = the server's setting.
+    /// under load makes a service's database cost differ from run to run.
+    /// Empty = the server's setting.
     pub plan_cache_mode: String,
     /// Run the service's migrations at start-up.
     pub migrate: bool,

@@ -26,7 +26,7 @@ pub struct AuthorizeLayer {
 }
 
 /// The identity of each certificate seen, so a certificate is parsed once, not on every
-/// call (its cost: docs/perf-log.md). Keyed by the
+/// call. Keyed by the
 /// certificate's bytes, so a new certificate is always parsed; bounded, since only the
 /// services' few certificates are expected (beyond the bound, parsed every time).
 #[derive(Default)]

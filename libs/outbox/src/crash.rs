@@ -18,9 +18,9 @@ pub(crate) const CRASH_POINT: &str = "a test-only hook that aborts the process o
 pub enum RelayCrashPoint {
     #[default]
     Off,
-    /// After the broker acked a batch's events, before they are marked
-    /// published: the next relay publishes them again (the same `ce_id`s
-    /// twice on the topic).
+    /// After the broker acked a batch's events, before their rows are
+    /// deleted: the next relay publishes them again (the same `ce_id`s twice
+    /// on the topic).
     AfterProduce,
 }
 

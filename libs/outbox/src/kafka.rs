@@ -94,7 +94,7 @@ pub fn client_config(kafka: &KafkaSettings, defaults: &[(&str, &str)]) -> Client
     // OpenSSL initialised before librdkafka first uses it, without the exit handler that
     // it registers otherwise: that handler frees OpenSSL's state at process exit while
     // librdkafka's threads of a client not yet closed may still be in a TLS read, and
-    // the process dies of SIGSEGV after its work is done (seen once in a test run).
+    // the process can die of SIGSEGV after its work is done.
     openssl_sys::init();
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &kafka.brokers);
@@ -170,7 +170,10 @@ fn topic_is_unknown(error: Option<rdkafka::types::RDKafkaRespErr>) -> bool {
     use rdkafka::types::RDKafkaRespErr::{
         RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
     };
-    matches!(error, Some(RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART | RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED))
+    matches!(
+        error,
+        Some(RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART | RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED)
+    )
 }
 
 /// Drops `client` (a producer, consumer or admin client) on a thread of its
@@ -181,8 +184,8 @@ fn topic_is_unknown(error: Option<rdkafka::types::RDKafkaRespErr>) -> bool {
 /// consumer's leaving its group (seconds), and after a broker
 /// restart sometimes for ever (librdkafka issues #4131, #4674). On a runtime
 /// worker thread that stalls every task scheduled there — with two workers,
-/// two such drops silence the whole process (seen in `scripts/chaos` after a
-/// broker kill). On its own thread a hung destroy costs one parked thread and
+/// two such drops (after a broker kill in `scripts/chaos`, say) silence the
+/// whole process. On its own thread a hung destroy costs one parked thread and
 /// shows in [`KAFKA_CLIENTS_CLOSING`].
 pub async fn close<T: Send + 'static>(client: T, what: &'static str, wait: Duration) {
     let Some(closed) = close_on_own_thread(client, what) else { return };

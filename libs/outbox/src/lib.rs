@@ -48,9 +48,9 @@
 //!
 //! * **No phantom, no lost events.** An event is in the outbox iff its
 //!   business transaction committed; the relay deletes nothing unpublished.
-//! * **At-least-once delivery.** A row is marked published only after the
-//!   broker acked it (`acks=all`, idempotent producer). A crash or a failed
-//!   commit between ack and mark publishes the row again: duplicates are
+//! * **At-least-once delivery.** A row is deleted only after the broker
+//!   acked it (`acks=all`, idempotent producer). A crash or a failed commit
+//!   between ack and delete publishes the row again: duplicates are
 //!   possible, losses are not.
 //! * **Effectively once handling.** The consumer records every event id in
 //!   `inbox` in the same transaction as the handler's writes, so a redelivered

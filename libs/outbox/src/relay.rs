@@ -45,14 +45,13 @@ pub struct RelaySettings {
     /// waits at most this long for its batch. `0`: the next batch at once.
     /// The default, 50 ms, trades that wait (for events nobody waits on
     /// synchronously: the saga's calls are gRPC) for fewer, fuller batches,
-    /// which costs the broker less CPU per event (docs/perf-log.md).
+    /// which cost the broker less CPU per event.
     pub min_batch_interval_ms: u64,
     /// Aggregate heads claimed per batch.
     pub batch_size: i64,
     /// Rows sent per batch at most: each claimed aggregate gets an equal
     /// share (at least its head). The default, 4000 (8 per head of a full
-    /// claim), carries a backlog of long aggregates in fewer, fuller batches;
-    /// more did not help (docs/perf-log.md, 2026-12-06).
+    /// claim), carries a backlog of long aggregates in fewer, fuller batches.
     pub batch_rows: i64,
     /// First retry delay after a failed batch.
     pub backoff_base_ms: u64,
@@ -119,9 +118,9 @@ const CLAIM: &str = "WITH heads AS MATERIALIZED (
 
 /// A batch's transaction. The claim's plan must not depend on the table's
 /// statistics, which on a queue table are stale or absent most of the time:
-/// with them the planner chose hash joins over whole-table scans, or a nested
-/// loop over a materialised scan of the backlog, which read the backlog once
-/// per batch or once per head (docs/perf-log.md, 2026-12-06). With these
+/// with them the planner may choose hash joins over whole-table scans, or a
+/// nested loop over a materialised scan of the backlog, which read the
+/// backlog once per batch or once per head. With these
 /// joins and scans off for the batch's transaction (`SET LOCAL`), the one
 /// plan left is the intended one: the heads in `seq` order, each probed
 /// through `(aggregate_id, seq)` (tested below). Sent with `BEGIN` in one
@@ -184,8 +183,8 @@ struct BatchOutcome {
 ///    equal share of `batch_rows` rows each (at least one: its head), in the
 ///    same statement as step 1, through the `(aggregate_id, seq)` index: the
 ///    work is one index probe per head plus the rows read, whatever the backlog (a semi-join of the whole backlog
-///    against the heads, planned as a nested loop on an underestimate, grew
-///    with the backlog; docs/perf-log.md);
+///    against the heads, planned as a nested loop on an underestimate, grows
+///    with the backlog);
 /// 3. enqueues them all on an idempotent producer (`enable.idempotence`,
 ///    `acks=all`) in that order and awaits every ack; librdkafka keeps the
 ///    order within a partition, and one aggregate is one key, so one partition;
@@ -196,12 +195,11 @@ struct BatchOutcome {
 ///
 /// A row in the outbox is an event not yet acked by the broker; once acked it
 /// is deleted in the batch's transaction, and from then on the topic is the
-/// record of it (kept for the topic's retention). Deleting costs PostgreSQL
-/// about a fifth of marking the row (an `UPDATE` of `published_at` is not HOT
-/// and adds entries to three indexes; docs/perf-log.md), and with every row
-/// unpublished the relay's indexes and statements need no `published_at`
-/// predicate, whose statistics misled the planner (the migration
-/// `20261206000001_outbox_delete_on_ack.sql`). The `check` tool (tools/src/check/events.rs)
+/// record of it (kept for the topic's retention). A delete costs PostgreSQL
+/// less than an `UPDATE` that records the row as published (not HOT, and an
+/// entry in every index), and with every row unpublished the relay's indexes
+/// and statements need no "published" predicate, whose statistics would
+/// mislead the planner. The `check` tool (tools/src/check/events.rs)
 /// therefore compares Kafka with a ledger of the committed rows that it keeps
 /// itself during a run, not with the outbox.
 ///
@@ -424,7 +422,7 @@ impl Relay {
                 broken.insert(row.aggregate_id.as_str());
             }
         }
-        // Acked rows are deleted: the broker is now their record (see the
+        // Acked rows are deleted: from here on the topic is their record (see the
         // type's docs, "Published means deleted"). Not waiting for the WAL
         // flush: a delete lost in a database crash only publishes its rows
         // again, which delivery allows (at least once). Planned on every run

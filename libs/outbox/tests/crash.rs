@@ -3,8 +3,8 @@
 //! `kill -9` there), then a fresh relay or consumer on the same database,
 //! broker and group:
 //!
-//! - a relay killed after the broker acked a batch, before marking it
-//!   published: the next relay publishes the batch again (copies with the
+//! - a relay killed after the broker acked a batch, before deleting its
+//!   rows: the next relay publishes the batch again (copies with the
 //!   same `ce_id` on the topic, per-aggregate order kept), and a consumer
 //!   handles each event once;
 //! - a consumer killed after its transaction (inbox rows and the handler's
@@ -101,12 +101,12 @@ async fn a_relay_killed_after_the_broker_acked_publishes_again_and_each_event_is
     let topic = topic_name(&env.kafka, "account");
     let acked = read_topic(&env.kafka, &topic, WAIT, |m| !m.is_empty()).await;
     assert!(!acked.is_empty(), "the aborted relay's batch reached the broker");
-    assert_eq!(unpublished(&env).await, EVENTS, "none marked published before the crash");
+    assert_eq!(unpublished(&env).await, EVENTS, "no row deleted before the crash");
 
     // The next relay publishes everything, the acked batch a second time.
     let relay = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
     let relay = Running::spawn(|t| relay.run(t));
-    sagaworks_test_support::eventually("all marked published", WAIT, || async {
+    sagaworks_test_support::eventually("every row published and deleted", WAIT, || async {
         (unpublished(&env).await == 0).then_some(())
     })
     .await;

@@ -120,13 +120,13 @@ async fn events_written_while_the_broker_is_down_arrive_in_order_once_it_is_back
         credit(&env.pool, &format!("acc-{}", n % 4), n, true).await;
     }
     // The relay has tried to send them (the warm-up is out, so a failed send is
-    // one of these) and failed: nothing may be marked published.
+    // one of these) and failed: no row may be deleted.
     sagaworks_test_support::eventually("a failed send", WAIT, || async {
         (publish_errors("relay-outage") > 0.0).then_some(())
     })
     .await;
     let backlog = count(&env.pool, "SELECT count(*) FROM outbox").await;
-    assert_eq!(backlog, 20, "nothing is marked published while the broker is down");
+    assert_eq!(backlog, 20, "no row is deleted while the broker is down");
 
     env.broker.restart().await;
     let msgs = read_topic(&env.kafka, &topic, Duration::from_secs(60), |m| {

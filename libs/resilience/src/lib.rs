@@ -84,7 +84,7 @@
 //! transitions are logged with `warn!`; each rejection is an `info!` event inside the
 //! caller's current span (fields `downstream`, `reason`).
 //!
-//! # What was reused, what was written, and why
+//! # What is reused, what is written here, and why
 //!
 //! tower's `Retry` and `TpsBudget` are used; the timeout, bulkhead, backoff and
 //! circuit breaker are written here. docs/design.md ("The resilience stack:

@@ -13,11 +13,11 @@
 //!   dead one again. When every replica is ejected, all are picked from: refusing every
 //!   call would be worse than trying.
 //!
-//! `tonic::transport::Channel::balance_list` was tried first and dropped: its lazily
-//! connected endpoints report themselves ready after a failed connect and fail the next
-//! call, so a replica that is down keeps getting its share of attempts, and the
-//! downstream's breaker (shared by the replicas) opened on a two-replica set with one
-//! down (`a_replica_that_is_down_leaves_the_calls_to_the_others` in `tests/grpc.rs`).
+//! Not `tonic::transport::Channel::balance_list`: its lazily connected endpoints report
+//! themselves ready after a failed connect and fail the next call, so a replica that is
+//! down keeps getting its share of attempts, and the downstream's breaker (shared by the
+//! replicas) opens on a two-replica set with one down, which
+//! `a_replica_that_is_down_leaves_the_calls_to_the_others` (`tests/grpc.rs`) rules out.
 
 use crate::BoxError;
 use crate::sent::is_connect_failure;

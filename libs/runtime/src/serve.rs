@@ -4,7 +4,7 @@
 //! only on listeners it binds itself, and axum never does; without it, an
 //! answer written in more than one piece (HTTP/2 headers, data and trailers)
 //! waits under Nagle's algorithm for the caller's delayed ACK, about 40 ms on
-//! Linux, on every call (measured: docs/perf-log.md).
+//! Linux, on every call.
 
 use axum::serve::{Listener, ListenerExt};
 use sagaworks_mtls::{AuthorizeLayer, Identity, Policy};

@@ -9,9 +9,9 @@
 //! one case per step and fault, each on a fresh database, each checked for
 //! the saga's end, the purchase's status, its one outbox event, and the
 //! participants' effects (nothing held, charged or shipped twice; nothing
-//! left reserved or charged by a compensated purchase). The `ship` step was
-//! added to a three-step saga by adding one `Action` and one line of the
-//! definition: its cases came with it.
+//! left reserved or charged by a compensated purchase). The `ship` step is
+//! one `Action` and one line of the definition, and its cases come with it:
+//! a step added to a saga brings its own cases.
 
 use sagaworks_outbox::{NewEvent, OutboxWriter};
 use sagaworks_saga::admin::{self, ActionError, ListFilter, StatusFilter};

@@ -1,7 +1,7 @@
 //! `order`: see the library docs.
 
 /// mimalloc: less CPU per request than glibc malloc for the many small,
-/// short-lived allocations of a request (measured: docs/perf-log.md).
+/// short-lived allocations of a request.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -163,8 +163,8 @@ const DEATH_SLACK: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
 /// A copy (the same `ce_id` again) is allowed, as consumers dedup by it, but
 /// only with a cause: a death of the service that published it (`deaths`:
 /// the chaos run's kills, crash points and crashes) between the send before
-/// and the copy. Such a relay had the broker's ack but had not marked the
-/// row published, and its successor sent it again. A copy without one would
+/// and the copy. Such a relay had the broker's ack but had not deleted the
+/// row, and its successor sent it again. A copy without one would
 /// be the producer's own retries writing twice, which the idempotent
 /// producer must prevent.
 pub async fn exactly_once(
