@@ -585,7 +585,7 @@ CARGO_WORKSPACE_DEP = """\
 """
 
 CARGO_TESTS_DEP = """\
-{{name}}.workspace = true
+{{name}} = { workspace = true, features = ["test-hooks"] }
 """
 
 DESIGN_ROW = "| {{name}} | {{grpc_port}} | {{http_port}} | `{{db}}` | `{{role}}` |\n"

@@ -39,7 +39,8 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// `cargo build` of every service of `services.toml` into the test's own
+/// `cargo build` of every service of `services.toml` (with the feature
+/// `test-hooks`) into the test's own
 /// target directory and profile, once per test process; a no-op (about a
 /// second) when they are up to date.
 fn build_services(dir: &Path) {
@@ -60,8 +61,9 @@ fn build_services(dir: &Path) {
             "--profile",
             profile,
         ]);
+        // With their test hooks (fault injection, crash points), as dev-up builds them.
         for service in &ServicesToml::workspace().services {
-            command.args(["-p", &service.name]);
+            command.args(["-p", &service.name, "--features", &format!("{}/test-hooks", service.name)]);
         }
         let status = command.status().expect("cargo runs");
         assert!(status.success(), "building the service binaries failed ({status})");

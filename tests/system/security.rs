@@ -1156,9 +1156,10 @@ fn assert_each_refused<S: Clone>(
     service: &str,
     safe: &S,
     tweaks: Vec<BackendTweak<S>>,
-    check: impl Fn(&S) -> Result<(), sagaworks_config::Unsafe>,
+    check: impl Fn(&S) -> Result<(), sagaworks_runtime::host::HostError>,
     develop: impl Fn(&mut S),
 ) {
+    let check = |s: &S| check(s).map_err(|e| e.to_string());
     assert_eq!(check(safe), Ok(()), "{service}: the safe settings");
     for (setting, tweak) in tweaks {
         let mut settings = safe.clone();

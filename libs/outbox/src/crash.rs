@@ -3,7 +3,9 @@
 //! nothing is lost and nothing takes effect twice. Off by default; a service
 //! refuses to start with one in production (`sagaworks_runtime::host::TestHooks`). The process dies
 //! there the first time it gets there (it is gone after that); restarted
-//! without the setting, it recovers.
+//! without the setting, it recovers. The aborts are built only with the cargo
+//! feature `test-hooks`; without it a service refuses a crash point in every
+//! environment (`TestHooks::built_in`), and release images leave it out.
 
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +41,7 @@ pub enum ConsumerCrashPoint {
 
 /// Stops the process dead (no unwinding, no shutdown, no flush but this line
 /// on stderr), as `kill -9` would at this point.
+#[cfg(feature = "test-hooks")]
 pub(crate) fn abort(what: &str) -> ! {
     eprintln!("fault injection (crash_point): {what}; aborting the process");
     std::process::abort()

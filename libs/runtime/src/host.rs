@@ -9,7 +9,9 @@
 //! safe on a developer's machine ([`HostSettings::check`]).
 
 use crate::db::{self, DbError};
-use crate::fault::{FaultInjector, FaultSettings};
+#[cfg(feature = "test-hooks")]
+use crate::fault::FaultInjector;
+use crate::fault::FaultSettings;
 use crate::health::{DbCheck, Readiness};
 use futures::future::BoxFuture;
 use sagaworks_config::{DatabaseSettings, Environment, KafkaSettings, ListenSettings, Unsafe};
@@ -36,6 +38,8 @@ pub enum HostError {
     #[error(transparent)]
     Unsafe(#[from] sagaworks_config::Unsafe),
     #[error(transparent)]
+    NotBuiltIn(#[from] NotBuiltIn),
+    #[error(transparent)]
     Tls(#[from] sagaworks_mtls::TlsError),
     #[error(transparent)]
     Policy(#[from] sagaworks_mtls::PolicyError),
@@ -50,6 +54,32 @@ pub trait TestHooks {
     /// The hooks switched on: each one's key below the settings (`crash_point`) and why
     /// production refuses it.
     fn hooks_on(&self) -> Vec<(&'static str, &'static str)>;
+
+    /// Whether this binary holds the hooks' code: the cargo feature `test-hooks` of the
+    /// library that implements them (`cfg!(feature = "test-hooks")` there). A hook that
+    /// is on but not built in is refused in every environment: it would do nothing.
+    fn built_in(&self) -> bool;
+}
+
+/// One test hook that is on, as [`HostSettings::check`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestHook {
+    /// Its full key (`saga.crash_point`).
+    pub key: String,
+    /// Why production refuses it.
+    pub why: &'static str,
+    /// Whether its code is in this binary ([`TestHooks::built_in`]).
+    pub built_in: bool,
+}
+
+/// A test hook switched on in a binary built without it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{setting} is on, but this binary is built without test hooks (the cargo feature `test-hooks`, \
+     which release images leave out): it would do nothing"
+)]
+pub struct NotBuiltIn {
+    pub setting: String,
 }
 
 /// The settings [`ServiceHost::build`] reads, borrowed from a service's own
@@ -65,16 +95,27 @@ pub struct HostSettings<'a> {
     /// Only checked here (production refuses plaintext); the relay and the consumers
     /// connect with it.
     pub kafka: &'a KafkaSettings,
-    /// The service's test hooks that are on ([`TestHooks`]), each as its full key
-    /// (`saga.crash_point`) and why production refuses it.
-    pub test_hooks: Vec<(String, &'static str)>,
+    /// The service's test hooks that are on ([`TestHooks`]).
+    pub test_hooks: Vec<TestHook>,
 }
 
 impl HostSettings<'_> {
-    /// `Err` naming the first setting that `environment` refuses: in production TLS
-    /// off, fault injection, any test hook, a plaintext or anonymous Kafka, a committed
-    /// development password; in development nothing.
-    pub fn check(&self) -> Result<(), Unsafe> {
+    /// `Err` naming the first setting that is refused: in every environment a test hook
+    /// (fault injection included) that this binary is built without ([`NotBuiltIn`]); in
+    /// production TLS off, fault injection, any test hook, a plaintext or anonymous
+    /// Kafka, a committed development password.
+    pub fn check(&self) -> Result<(), HostError> {
+        let fault = (self.fault.enabled, "fault.enabled".to_owned(), cfg!(feature = "test-hooks"));
+        let hooks = self.test_hooks.iter().map(|h| (true, h.key.clone(), h.built_in));
+        if let Some((_, setting, _)) =
+            std::iter::once(fault).chain(hooks).find(|(on, _, built)| *on && !built)
+        {
+            return Err(NotBuiltIn { setting }.into());
+        }
+        Ok(self.check_environment()?)
+    }
+
+    fn check_environment(&self) -> Result<(), Unsafe> {
         let mut checks = vec![
             (
                 !self.tls.enabled(),
@@ -87,7 +128,7 @@ impl HostSettings<'_> {
                 "/fault lets anyone who reaches the HTTP port fail or slow down every gRPC call",
             ),
         ];
-        checks.extend(self.test_hooks.iter().map(|(key, why)| (true, key.as_str(), *why)));
+        checks.extend(self.test_hooks.iter().map(|h| (true, h.key.as_str(), h.why)));
         checks.extend(self.kafka.production_checks());
         checks.extend(self.database.production_checks());
         self.environment.refuse(&checks)
@@ -105,10 +146,14 @@ macro_rules! host_settings {
             /// What the service host reads ([`ServiceHost::build`](sagaworks_runtime::host::ServiceHost::build)).
             pub fn host(&self) -> $crate::host::HostSettings<'_> {
                 #[allow(unused_mut)]
-                let mut test_hooks: Vec<(String, &'static str)> = Vec::new();
+                let mut test_hooks: Vec<$crate::host::TestHook> = Vec::new();
                 $($(
                     for (key, why) in $crate::host::TestHooks::hooks_on(&self.$hooks) {
-                        test_hooks.push((format!("{}.{key}", stringify!($hooks)), why));
+                        test_hooks.push($crate::host::TestHook {
+                            key: format!("{}.{key}", stringify!($hooks)),
+                            why,
+                            built_in: $crate::host::TestHooks::built_in(&self.$hooks),
+                        });
                     }
                 )*)?
                 $crate::host::HostSettings {
@@ -130,6 +175,7 @@ pub struct ServiceHost {
     pool: PgPool,
     grpc: TcpListener,
     http: TcpListener,
+    #[cfg(feature = "test-hooks")]
     faults: Option<FaultInjector>,
     identity: Option<Identity>,
     policy: Policy,
@@ -174,6 +220,7 @@ impl ServiceHost {
             pool,
             grpc: listen(grpc).await?,
             http: listen(http).await?,
+            #[cfg(feature = "test-hooks")]
             faults: None,
             identity,
             policy,
@@ -189,11 +236,18 @@ impl ServiceHost {
 
     /// With `fault.enabled`, the gRPC routes get the fault layer and the HTTP port
     /// serves `/fault` ([`crate::fault`]); otherwise nothing changes. Test use only.
+    #[cfg(feature = "test-hooks")]
     fn with_faults(mut self, fault: &FaultSettings) -> Self {
         if fault.enabled {
             tracing::warn!("fault injection is enabled: PUT /fault can slow down or fail gRPC calls");
             self.faults = Some(FaultInjector::new());
         }
+        self
+    }
+
+    /// Without the feature, `fault.enabled` was refused by [`HostSettings::check`].
+    #[cfg(not(feature = "test-hooks"))]
+    fn with_faults(self, _: &FaultSettings) -> Self {
         self
     }
 
@@ -220,6 +274,7 @@ impl ServiceHost {
         shutdown: CancellationToken,
     ) -> Result<(), HostError> {
         let readiness = readiness.with_check(DbCheck(self.pool.clone()));
+        #[cfg(feature = "test-hooks")]
         let (routes, router) = match &self.faults {
             Some(faults) => (
                 tonic::service::Routes::from(routes.into_axum_router().layer(faults.layer())),
@@ -227,6 +282,8 @@ impl ServiceHost {
             ),
             None => (routes, readiness.router()),
         };
+        #[cfg(not(feature = "test-hooks"))]
+        let router = readiness.router();
         // Whatever ends first (error or not), everything else is told to stop.
         let stop_all = shutdown.clone();
         let guard = stop_all.clone().drop_guard();
@@ -258,4 +315,40 @@ impl ServiceHost {
 
 async fn listen(settings: &ListenSettings) -> Result<TcpListener, HostError> {
     crate::bind(settings).await.map_err(|source| HostError::Bind { address: settings.address(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(environment: Environment, hook: Option<TestHook>) -> Result<(), String> {
+        let (database, listen, tls) =
+            (DatabaseSettings::default(), ListenSettings::default(), TlsSettings::default());
+        let (fault, kafka) = (FaultSettings::default(), KafkaSettings::default());
+        HostSettings {
+            environment,
+            database: &database,
+            grpc: &listen,
+            http: &listen,
+            tls: &tls,
+            fault: &fault,
+            kafka: &kafka,
+            test_hooks: hook.into_iter().collect(),
+        }
+        .check()
+        .map_err(|e| e.to_string())
+    }
+
+    /// A hook this binary is built without is refused in development too, naming it and the
+    /// feature; one that is built in is taken there (production refuses both).
+    #[test]
+    fn a_test_hook_not_built_in_is_refused_in_every_environment() {
+        let hook = |built_in| TestHook { key: "saga.crash_point".into(), why: "a test hook", built_in };
+        let refused = check(Environment::Development, Some(hook(false))).unwrap_err();
+        assert!(refused.contains("saga.crash_point") && refused.contains("`test-hooks`"), "{refused}");
+        assert_eq!(check(Environment::Development, Some(hook(true))), Ok(()));
+        assert_eq!(check(Environment::Development, None), Ok(()));
+        let production = check(Environment::Production, Some(hook(true))).unwrap_err();
+        assert!(production.contains("APP_ENVIRONMENT"), "{production}");
+    }
 }

@@ -16,6 +16,9 @@
 //!
 //! `<step>` is a forward step or a compensation of the definition; an
 //! unknown name is refused when the engine is built.
+//!
+//! The faults act only in a build with the cargo feature `test-hooks` (the
+//! tests, dev-up); without it (release images) both settings are refused.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -51,7 +54,14 @@ pub(crate) struct Plan {
 
 impl Faults {
     /// Parses both settings; every step named must be in `names`.
+    /// Without the cargo feature `test-hooks` (release images) every fault is refused.
     pub(crate) fn parse(crash_point: &str, faults: &str, names: &[&str]) -> Result<Self, String> {
+        let none = crash_point.trim().is_empty() && faults.trim().is_empty();
+        if !cfg!(feature = "test-hooks") && !none {
+            return Err("saga.crash_point and saga.faults are test hooks, and this binary is built without \
+                 them (the cargo feature `test-hooks`)"
+                .into());
+        }
         let known = |step: &str| -> Result<String, String> {
             if names.contains(&step) {
                 Ok(step.to_string())
@@ -103,10 +113,11 @@ impl Faults {
 
     /// Counts one attempt of `step` of instance `id` and says what to do with it.
     pub(crate) fn plan(&self, id: Uuid, step: &str) -> Plan {
-        if self.reject.is_empty()
-            && self.unavailable.is_empty()
-            && self.fail.is_empty()
-            && self.duplicate.is_empty()
+        if !cfg!(feature = "test-hooks")
+            || self.reject.is_empty()
+                && self.unavailable.is_empty()
+                && self.fail.is_empty()
+                && self.duplicate.is_empty()
         {
             return Plan::default();
         }
@@ -125,7 +136,12 @@ impl Faults {
     }
 
     pub(crate) fn is_late(&self, step: &str) -> bool {
-        self.late.contains(step)
+        cfg!(feature = "test-hooks") && self.late.contains(step)
+    }
+
+    /// Whether this replica stops dead at `when` of `step`.
+    pub(crate) fn crashes_at(&self, when: When, step: &str) -> bool {
+        cfg!(feature = "test-hooks") && self.crash.as_ref().is_some_and(|(w, s)| *w == when && s == step)
     }
 }
 

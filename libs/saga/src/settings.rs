@@ -76,6 +76,10 @@ impl Default for SagaSettings {
 }
 
 impl TestHooks for SagaSettings {
+    fn built_in(&self) -> bool {
+        cfg!(feature = "test-hooks")
+    }
+
     fn hooks_on(&self) -> Vec<(&'static str, &'static str)> {
         let mut on = Vec::new();
         if !self.crash_point.trim().is_empty() {

@@ -7,7 +7,6 @@ use super::dlq::DlqReason;
 use super::inbox;
 use super::worker::Interrupted;
 use super::{Consumer, Handler, HandlerError, ReceivedEvent};
-use crate::crash::{self, ConsumerCrashPoint};
 use crate::metrics as m;
 use opentelemetry::trace::Status;
 use rdkafka::message::{Headers, Message, OwnedMessage};
@@ -193,8 +192,11 @@ impl<H: Handler> Consumer<H> {
             self.handler.handle_many(&mut tx, &fresh, &fresh_spans).await?;
         }
         tx.commit().await.map_err(db)?;
-        if self.settings.crash_point == ConsumerCrashPoint::BeforeOffsetCommit && !fresh.is_empty() {
-            crash::abort(&format!(
+        #[cfg(feature = "test-hooks")]
+        if self.settings.crash_point == crate::crash::ConsumerCrashPoint::BeforeOffsetCommit
+            && !fresh.is_empty()
+        {
+            crate::crash::abort(&format!(
                 "consumer group {}: {} events handled and committed, offsets not committed",
                 self.settings.group_id,
                 fresh.len()

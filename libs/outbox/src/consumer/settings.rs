@@ -75,6 +75,10 @@ pub struct ConsumerSettings {
 }
 
 impl sagaworks_runtime::host::TestHooks for ConsumerSettings {
+    fn built_in(&self) -> bool {
+        cfg!(feature = "test-hooks")
+    }
+
     fn hooks_on(&self) -> Vec<(&'static str, &'static str)> {
         if self.crash_point == ConsumerCrashPoint::Off {
             vec![]

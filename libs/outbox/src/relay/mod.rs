@@ -13,7 +13,7 @@ pub use settings::RelaySettings;
 
 use crate::OutboxError;
 use crate::backoff::Backoff;
-use crate::crash::{self, RelayCrashPoint};
+use crate::crash::RelayCrashPoint;
 use crate::kafka;
 use crate::metrics as m;
 use crate::wake::{Parking, Wake};
@@ -290,9 +290,10 @@ impl Relay {
 
         let acked =
             send::send_all(&self.producer, &self.kafka, &self.settings.service, &rows, shutdown).await;
+        #[cfg(feature = "test-hooks")]
         if self.settings.crash_point == RelayCrashPoint::AfterProduce && acked.contains(&true) {
             let n = acked.iter().filter(|ok| **ok).count();
-            crash::abort(&format!(
+            crate::crash::abort(&format!(
                 "outbox relay of {}: {n} events acked by the broker, not deleted from the outbox",
                 self.settings.service
             ));

@@ -47,6 +47,10 @@ pub struct RelaySettings {
 }
 
 impl sagaworks_runtime::host::TestHooks for RelaySettings {
+    fn built_in(&self) -> bool {
+        cfg!(feature = "test-hooks")
+    }
+
     fn hooks_on(&self) -> Vec<(&'static str, &'static str)> {
         if self.crash_point == RelayCrashPoint::Off {
             vec![]

@@ -208,7 +208,7 @@ impl<S: Saga> Engine<S> {
     }
 
     fn crash_at(&self, when: When, step: &str) -> Result<(), DriveError> {
-        if self.faults().crash.as_ref().is_some_and(|(w, s)| *w == when && s == step) {
+        if self.faults().crashes_at(when, step) {
             self.crashed_flag().store(true, Ordering::SeqCst);
             tracing::warn!(?when, step, "fault injection: this replica stops dead here");
         }
