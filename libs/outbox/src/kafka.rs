@@ -170,7 +170,10 @@ fn topic_is_unknown(error: Option<rdkafka::types::RDKafkaRespErr>) -> bool {
     use rdkafka::types::RDKafkaRespErr::{
         RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART,
     };
-    matches!(error, Some(RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART | RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED))
+    matches!(
+        error,
+        Some(RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART | RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED)
+    )
 }
 
 /// Drops `client` (a producer, consumer or admin client) on a thread of its

@@ -3,7 +3,7 @@
 
 #[cfg(doc)]
 use super::ConsumerSettings;
-use super::process::Outcome;
+use super::outcome::{DlqReason, Outcome};
 use super::worker::Interrupted;
 use super::{Consumer, Handler, HandlerError, ReceivedEvent, UnsupportedVersionPolicy};
 use crate::backoff::Backoff;
@@ -13,36 +13,6 @@ use rdkafka::message::{Header, Message, OwnedMessage};
 use rdkafka::producer::FutureRecord;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// Why a message was dead-lettered: the `dlq_reason` header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DlqReason {
-    /// Not a CloudEvent (a header missing or invalid).
-    InvalidEnvelope,
-    /// The handler said it will never succeed ([`HandlerError::Permanent`]).
-    Rejected,
-    /// Retryable errors until `max_attempts` ran out.
-    RetriesExhausted,
-    /// A schema version newer than the handler reads.
-    UnsupportedSchemaVersion,
-    /// Its `ce_source` is not the topic's publisher ([`ConsumerSettings::sources`]).
-    UntrustedSource,
-    /// Its `ce_type` is not one the topic carries ([`ConsumerSettings::types`]).
-    UnexpectedType,
-}
-
-impl DlqReason {
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Self::InvalidEnvelope => "invalid_envelope",
-            Self::Rejected => "rejected",
-            Self::RetriesExhausted => "retries_exhausted",
-            Self::UnsupportedSchemaVersion => "unsupported_schema_version",
-            Self::UntrustedSource => "untrusted_source",
-            Self::UnexpectedType => "unexpected_type",
-        }
-    }
-}
 
 impl<H: Handler> Consumer<H> {
     pub(super) async fn handle_with_retries(
