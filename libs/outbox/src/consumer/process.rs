@@ -4,10 +4,11 @@
 #[cfg(doc)]
 use super::ConsumerSettings;
 use super::inbox;
-use super::outcome::{DlqReason, Outcome};
+use super::outcome::Outcome;
 use super::worker::Interrupted;
 use super::{Consumer, Handler, HandlerError, ReceivedEvent};
 use crate::crash::{self, ConsumerCrashPoint};
+use crate::dead_letter::DlqReason;
 use crate::metrics as m;
 use opentelemetry::trace::Status;
 use rdkafka::message::{Headers, Message, OwnedMessage};
