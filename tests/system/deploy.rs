@@ -401,7 +401,7 @@ fn each_services_consumer_groups_are_those_its_kafka_acls_name() {
         let mut used: Vec<&str> =
             service.defaults.pointer("/consumer/group_id").and_then(Json::as_str).into_iter().collect();
         if entry.operates_dead_letters {
-            used.push(sagaworks_outbox::dead_letters::READER_GROUP);
+            used.push(sagaworks_outbox::dead_letter::READER_GROUP);
         }
         for group in used {
             assert!(

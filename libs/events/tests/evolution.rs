@@ -8,7 +8,7 @@
 use sagaworks_config::KafkaSettings;
 use sagaworks_events::OrderConfirmed;
 use sagaworks_events::order::v1;
-use sagaworks_outbox::dead_letters::{DeadLetter, ListFilter, Operator, Selector};
+use sagaworks_outbox::dead_letter::{DeadLetter, ListFilter, Operator, Selector};
 use sagaworks_outbox::{
     Consumer, ConsumerSettings, DeadLetterSettings, DeadLetters, Event, Handler, HandlerError, OutboxWriter,
     ReceivedEvent, Relay, RelaySettings, UnsupportedVersionPolicy,

@@ -4,8 +4,8 @@
 //! * Topic names: [`topic_name`] (`<prefix>.<aggregate_type>`) and
 //!   [`dlq_topic`] (`<topic>.dlq`); consumer groups: [`group_name`]
 //!   (`<prefix>.<group>`).
-//! * Header names of the CloudEvents binary-mode envelope and the dead-letter
-//!   extras: [`headers`].
+//! * Header names of the CloudEvents binary-mode envelope: [`headers`] (the
+//!   dead-letter ones: [`crate::dead_letter::headers`]).
 //! * [`client_config`] — `bootstrap.servers` plus the extra librdkafka
 //!   properties from [`KafkaSettings::properties`] (security settings etc.).
 //! * [`ensure_topics`] — creates missing topics, because a real cluster usually
@@ -40,19 +40,6 @@ pub mod headers {
     pub const TRACESTATE: &str = "tracestate";
     /// The CloudEvents version written into `ce_specversion`.
     pub const SPECVERSION: &str = "1.0";
-
-    /// Why the message was parked: `invalid_envelope`, `rejected`, `retries_exhausted`,
-    /// `unsupported_schema_version`, `untrusted_source` or `unexpected_type`.
-    pub const DLQ_REASON: &str = "dlq_reason";
-    pub const DLQ_ERROR: &str = "dlq_error";
-    pub const DLQ_ATTEMPTS: &str = "dlq_attempts";
-    pub const DLQ_ORIGINAL_TOPIC: &str = "dlq_original_topic";
-    pub const DLQ_ORIGINAL_PARTITION: &str = "dlq_original_partition";
-    pub const DLQ_ORIGINAL_OFFSET: &str = "dlq_original_offset";
-    /// The consumer group that dead-lettered the message.
-    pub const DLQ_GROUP: &str = "dlq_group";
-    /// On a replayed message: `<dlq topic>/<partition>/<offset>` it was replayed from.
-    pub const DLQ_REPLAYED_FROM: &str = "dlq_replayed_from";
 }
 
 /// How new topics are created (partitions, replication factor).

@@ -18,8 +18,9 @@
 //!   its record).
 //! * [`Consumer`] — feeds a [`Handler`] exactly once per event and consumer
 //!   group (inbox table), retries, and dead-letters to `<topic>.dlq`.
-//! * [`dead_letters`] — listing, replaying and discarding dead letters (the
-//!   operators' API, [`DeadLetters`]).
+//! * [`dead_letter`] — everything about dead letters: why a consumer parks a
+//!   message ([`DlqReason`]) and the headers it adds, and listing, replaying
+//!   and discarding them (the operators' API, [`DeadLetters`]).
 //! * [`service`] — a service's relay and consumer tasks and readiness, wired
 //!   from its settings.
 //! * [`OutboxGauges`] (the scrape hook of the backlog gauges) and
@@ -90,7 +91,7 @@ mod error;
 
 mod consumer;
 mod crash;
-pub mod dead_letters;
+pub mod dead_letter;
 mod event;
 mod health;
 pub mod kafka;
@@ -105,7 +106,7 @@ pub use consumer::{
     Consumer, ConsumerSettings, Handler, HandlerError, ReceivedEvent, UnsupportedVersionPolicy,
 };
 pub use crash::{ConsumerCrashPoint, RelayCrashPoint};
-pub use dead_letters::{DeadLetterError, DeadLetterSettings, DeadLetters, Refusal};
+pub use dead_letter::{DeadLetterError, DeadLetterSettings, DeadLetters, DlqReason, Refusal};
 pub use error::OutboxError;
 pub use event::{DecodeError, Event, decode_payload};
 pub use health::BrokerCheck;

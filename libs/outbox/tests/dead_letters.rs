@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use sagaworks_outbox::dead_letters::{
+use sagaworks_outbox::dead_letter::{
     DeadLetter, DeadLetterError, ListFilter, MessageId, Operator, Selector, State,
 };
 use sagaworks_outbox::kafka::topic_name;

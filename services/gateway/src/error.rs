@@ -97,8 +97,11 @@ impl IntoResponse for ApiError {
                 // The rest of the body is never read, so the server closes the
                 // connection after this answer: say so, or a client may send its
                 // next request on it and see the connection drop instead.
-                let problem =
-                    Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "too-large", "Request body too large");
+                let problem = Problem::new(
+                    StatusCode::PAYLOAD_TOO_LARGE.as_u16(),
+                    "too-large",
+                    "Request body too large",
+                );
                 let mut res = problem.into_response();
                 res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
                 return res;
@@ -107,18 +110,22 @@ impl IntoResponse for ApiError {
             ApiError::NotFound(what) => Problem::not_found(what.clone()),
             ApiError::Downstream { downstream, status } => downstream_problem(downstream, status),
             ApiError::Unauthenticated(detail) => {
-                let problem =
-                    Problem::new(StatusCode::UNAUTHORIZED, "unauthenticated", "Authentication required")
-                        .detail(detail.clone());
+                let problem = Problem::new(
+                    StatusCode::UNAUTHORIZED.as_u16(),
+                    "unauthenticated",
+                    "Authentication required",
+                )
+                .detail(detail.clone());
                 let mut res = problem.into_response();
                 res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 return res;
             }
             ApiError::Forbidden(detail) => {
-                Problem::new(StatusCode::FORBIDDEN, "forbidden", "Not allowed").detail(detail.clone())
+                Problem::new(StatusCode::FORBIDDEN.as_u16(), "forbidden", "Not allowed")
+                    .detail(detail.clone())
             }
             ApiError::RateLimited { retry_after } => {
-                Problem::new(StatusCode::TOO_MANY_REQUESTS, "rate-limited", "Too many requests")
+                Problem::new(StatusCode::TOO_MANY_REQUESTS.as_u16(), "rate-limited", "Too many requests")
                     .detail("request rate limit exceeded; retry after Retry-After seconds")
                     .retry_after(*retry_after)
             }

@@ -1,12 +1,12 @@
 //! The `DeadLetterService` gRPC API: operators list, show, replay and discard
 //! the messages parked in the system's dead-letter topics
-//! (`sagaworks_outbox::dead_letters` does the work; this maps the contract).
+//! (`sagaworks_outbox::dead_letter` does the work; this maps the contract).
 
 use crate::error::{Error, Result};
 use sagaworks_errors::status::invalid_argument;
 use sagaworks_errors::validate::text;
 use sagaworks_outbox::DeadLetters;
-use sagaworks_outbox::dead_letters::{self as dl, ListFilter, MessageId, Selector};
+use sagaworks_outbox::dead_letter::{self as dl, ListFilter, MessageId, Selector};
 use sagaworks_proto::deadletter::v1 as pb;
 use sagaworks_proto::deadletter::v1::dead_letter_service_server::DeadLetterService;
 use sagaworks_proto::timestamp;

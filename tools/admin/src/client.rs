@@ -2,22 +2,27 @@
 //!
 //! [`Client`] sends each request with the bearer token and answers a
 //! [`Fetched`]: the typed body for human output and the JSON exactly as the
-//! API sent it for `--json`. The response types here are the CLI's own small
-//! copies of the gateway's JSON shapes: unknown fields are ignored and missing
-//! ones take their default, so a newer gateway does not break an older CLI.
+//! API sent it for `--json`. The saga shapes here are the CLI's own small
+//! copies of the gateway's JSON: unknown fields are ignored and missing ones
+//! take their default, so a newer gateway does not break an older CLI. The
+//! dead-letter shapes and [`Problem`] are the gateway's own types
+//! (`sagaworks_api`), which ignore unknown fields too.
 //!
 //! A non-2xx answer becomes an [`Error`] carrying the [`Problem`] document
 //! (RFC 9457, or one made up from the status when the body is not one, as a
-//! proxy's HTML error page is not). [`Error::from_problem`] maps the HTTP
+//! proxy's HTML error page is not) with the JSON as sent ([`ErrorAnswer`]). [`Error::from_problem`] maps the HTTP
 //! status to the error, and [`Error::exit_code`] the error to the exit code:
 //! change the mapping there and nowhere else.
 
 use chrono::{DateTime, Utc};
 use reqwest::{Method, RequestBuilder, StatusCode, Url};
+pub use sagaworks_api::Problem;
+pub use sagaworks_api::dead_letter::{
+    DeadLetter, DeadLetterAction, DeadLetterPage, Discarded, DlqTopic, DlqTopics, OriginalPosition, Replayed,
+};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The process exit codes (see the crate docs).
@@ -37,20 +42,20 @@ pub mod exit {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// 404.
-    #[error("not found: {0}")]
-    NotFound(Box<Problem>),
+    #[error("not found: {}", .0.value)]
+    NotFound(Box<ErrorAnswer>),
     /// 409: not valid in the resource's state; nothing changed.
-    #[error("conflict: {0}")]
-    Conflict(Box<Problem>),
+    #[error("conflict: {}", .0.value)]
+    Conflict(Box<ErrorAnswer>),
     /// 401 or 403.
-    #[error("not allowed: {0}")]
-    Auth(Box<Problem>),
+    #[error("not allowed: {}", .0.value)]
+    Auth(Box<ErrorAnswer>),
     /// 503 or 429: try again later.
-    #[error("unavailable: {0}")]
-    Unavailable(Box<Problem>),
+    #[error("unavailable: {}", .0.value)]
+    Unavailable(Box<ErrorAnswer>),
     /// Any other error status (400, 422, 500, ...).
-    #[error("{0}")]
-    Api(Box<Problem>),
+    #[error("{}", .0.value)]
+    Api(Box<ErrorAnswer>),
     /// No answer: connection refused, DNS, TLS, timeout.
     #[error("cannot reach the API at {url}")]
     Network {
@@ -68,9 +73,9 @@ pub enum Error {
 
 impl Error {
     /// The error for an error answer, by its HTTP status.
-    pub fn from_problem(problem: Problem) -> Self {
+    pub fn from_problem(problem: ErrorAnswer) -> Self {
         let problem = Box::new(problem);
-        match problem.status {
+        match problem.value.status {
             404 => Error::NotFound(problem),
             409 => Error::Conflict(problem),
             401 | 403 => Error::Auth(problem),
@@ -91,7 +96,7 @@ impl Error {
     }
 
     /// The API's problem document, when the API answered.
-    pub fn problem(&self) -> Option<&Problem> {
+    pub fn problem(&self) -> Option<&ErrorAnswer> {
         match self {
             Error::NotFound(p)
             | Error::Conflict(p)
@@ -103,82 +108,43 @@ impl Error {
     }
 }
 
-/// An error answer: its problem+json document, or one made from the status.
-#[derive(Debug, Clone)]
-pub struct Problem {
-    /// The HTTP status of the answer (not the document's `status` field).
-    pub status: u16,
-    pub title: String,
-    pub detail: Option<String>,
-    /// Invalid fields (400/422).
-    pub errors: Vec<FieldError>,
-    /// Seconds, from `retry_after` or the `Retry-After` header.
-    pub retry_after: Option<u64>,
-    /// The document as the API sent it (or as made up here).
-    pub raw: Value,
-}
+/// An error answer: its problem document (`status` the answer's HTTP status,
+/// whatever the document says) and the JSON as sent (or as made up here).
+pub type ErrorAnswer = Fetched<Problem>;
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(default)]
-pub struct FieldError {
-    pub field: String,
-    pub message: String,
-}
-
-impl std::fmt::Display for Problem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} (HTTP {})", self.title, self.status)?;
-        if let Some(detail) = &self.detail {
-            write!(f, ": {detail}")?;
+/// Reads an error answer's body; a body that is not a problem document (a
+/// proxy's HTML page, say) gives a problem with the status's name as title
+/// and the start of the body as detail.
+pub fn error_answer(status: u16, retry_after_header: Option<u64>, body: &[u8]) -> ErrorAnswer {
+    let reason = StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Error");
+    if let Ok(raw) = serde_json::from_slice::<Value>(body)
+        && let Ok(mut problem) = Problem::deserialize(&raw)
+    {
+        problem.status = status;
+        if problem.title.is_empty() {
+            problem.title = reason.to_string();
         }
-        Ok(())
+        problem.detail = problem.detail.filter(|d| !d.is_empty());
+        problem.retry_after = problem.retry_after.or(retry_after_header);
+        return Fetched { value: problem, raw };
     }
-}
-
-impl Problem {
-    /// Reads an error answer's body; a body that is not a problem document
-    /// (a proxy's HTML page, say) gives a problem with the status's name as
-    /// title and the start of the body as detail.
-    pub fn from_response(status: u16, retry_after_header: Option<u64>, body: &[u8]) -> Self {
-        #[derive(Deserialize)]
-        struct Doc {
-            title: String,
-            #[serde(default)]
-            detail: Option<String>,
-            #[serde(default)]
-            errors: Vec<FieldError>,
-            #[serde(default)]
-            retry_after: Option<u64>,
-        }
-        let reason = StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Error");
-        if let Ok(raw) = serde_json::from_slice::<Value>(body)
-            && let Ok(doc) = Doc::deserialize(&raw)
-        {
-            return Problem {
-                status,
-                title: if doc.title.is_empty() { reason.to_string() } else { doc.title },
-                detail: doc.detail.filter(|d| !d.is_empty()),
-                errors: doc.errors,
-                retry_after: doc.retry_after.or(retry_after_header),
-                raw,
-            };
-        }
-        let text = String::from_utf8_lossy(body);
-        let text = text.trim();
-        let detail = (!text.is_empty()).then(|| match text.char_indices().nth(300) {
-            Some((at, _)) => format!("{}…", &text[..at]),
-            None => text.to_string(),
-        });
-        let raw = serde_json::json!({ "title": reason, "status": status, "detail": detail });
-        Problem {
-            status,
-            title: reason.to_string(),
-            detail,
-            errors: Vec::new(),
-            retry_after: retry_after_header,
-            raw,
-        }
-    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    let detail = (!text.is_empty()).then(|| match text.char_indices().nth(300) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    });
+    let raw = serde_json::json!({ "title": reason, "status": status, "detail": detail });
+    let problem = Problem {
+        kind: String::new(),
+        title: reason.to_string(),
+        status,
+        detail,
+        instance: None,
+        errors: Vec::new(),
+        retry_after: retry_after_header,
+    };
+    Fetched { value: problem, raw }
 }
 
 /// An answer: the typed body and the JSON as sent.
@@ -361,7 +327,7 @@ impl Client {
         topic: &str,
         idempotency_key: &str,
         body: &Value,
-    ) -> Result<Fetched<ReplayResult>, Error> {
+    ) -> Result<Fetched<Replayed>, Error> {
         let url = self.url(&["v1", "admin", "dlq", topic, "replay"]);
         self.call(Method::POST, url, &[], Some(idempotency_key), Some(body)).await
     }
@@ -373,7 +339,7 @@ impl Client {
         id: &str,
         idempotency_key: &str,
         body: &Value,
-    ) -> Result<Fetched<DiscardResult>, Error> {
+    ) -> Result<Fetched<Discarded>, Error> {
         let url = self.url(&["v1", "admin", "dlq", topic, "messages", id, "discard"]);
         self.call(Method::POST, url, &[], Some(idempotency_key), Some(body)).await
     }
@@ -441,7 +407,7 @@ impl Client {
             .and_then(|v| v.trim().parse().ok());
         let bytes = response.bytes().await.map_err(network)?;
         if !status.is_success() {
-            return Err(Error::from_problem(Problem::from_response(status.as_u16(), retry_after, &bytes)));
+            return Err(Error::from_problem(error_answer(status.as_u16(), retry_after, &bytes)));
         }
         let protocol = |message: String| Error::Protocol { url: url.to_string(), message };
         let raw: Value = serde_json::from_slice(&bytes).map_err(|e| protocol(format!("not JSON: {e}")))?;
@@ -608,94 +574,10 @@ pub struct SagaActionResult {
     pub saga: SagaDetail,
 }
 
-/// `GET /v1/admin/dlq`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct DlqTopics {
-    pub topics: Vec<DlqTopic>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct DlqTopic {
-    pub topic: String,
-    pub dlq_topic: String,
-    pub messages: u64,
-    pub pending: u64,
-}
-
-/// `GET /v1/admin/dlq/{topic}/messages`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct DeadLetterPage {
-    pub messages: Vec<DeadLetter>,
-    pub next_cursor: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct DeadLetter {
-    /// `<dlq partition>-<dlq offset>`.
-    pub id: String,
-    pub topic: String,
-    pub dlq_topic: String,
-    pub key: Option<String>,
-    pub original: Option<OriginalPosition>,
-    pub group: Option<String>,
-    pub reason: Option<String>,
-    pub error: String,
-    pub attempts: u32,
-    pub dead_lettered_at: Option<DateTime<Utc>>,
-    pub event_id: Option<String>,
-    pub event_type: Option<String>,
-    pub headers: BTreeMap<String, String>,
-    pub payload: String,
-    pub payload_bytes: u64,
-    pub payload_truncated: bool,
-    /// `pending`, `replayed` or `discarded`.
-    pub state: String,
-    pub actions: Vec<DeadLetterAction>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct OriginalPosition {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct DeadLetterAction {
-    pub action: String,
-    pub actor: String,
-    pub reason: String,
-    pub at: Option<DateTime<Utc>>,
-}
-
-/// `POST /v1/admin/dlq/{topic}/replay`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct ReplayResult {
-    /// The ids sent back, in order.
-    pub replayed: Vec<String>,
-    /// The key was used before: the earlier answer, nothing sent again.
-    pub replay: bool,
-}
-
-/// `POST /v1/admin/dlq/{topic}/messages/{id}/discard`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct DiscardResult {
-    pub id: String,
-    pub state: String,
-    pub replay: bool,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sagaworks_api::FieldError;
     use serde_json::json;
 
     #[test]
@@ -709,7 +591,7 @@ mod tests {
     }
 
     fn exit_code_of(status: u16) -> u8 {
-        Error::from_problem(Problem::from_response(status, None, b"")).exit_code()
+        Error::from_problem(error_answer(status, None, b"")).exit_code()
     }
 
     #[test]
@@ -739,24 +621,25 @@ mod tests {
             "detail": "see errors", "errors": [{"field": "limit", "message": "must be between 1 and 500"}],
             "extra": true,
         });
-        let problem = Problem::from_response(422, None, body.to_string().as_bytes());
+        let answer = error_answer(422, None, body.to_string().as_bytes());
+        let problem = &answer.value;
         assert_eq!(problem.title, "Invalid request");
         assert_eq!(problem.detail.as_deref(), Some("see errors"));
         assert_eq!(
             problem.errors,
             [FieldError { field: "limit".into(), message: "must be between 1 and 500".into() }]
         );
-        assert_eq!(problem.raw, body);
+        assert_eq!(answer.raw, body);
     }
 
     #[test]
     fn a_body_that_is_not_a_problem_still_gives_one() {
-        let problem = Problem::from_response(503, Some(7), b"<html>upstream down</html>");
-        assert_eq!(problem.title, "Service Unavailable");
-        assert_eq!(problem.detail.as_deref(), Some("<html>upstream down</html>"));
-        assert_eq!(problem.retry_after, Some(7));
-        assert_eq!(problem.raw["status"], 503);
-        let empty = Problem::from_response(502, None, b"");
+        let answer = error_answer(503, Some(7), b"<html>upstream down</html>");
+        assert_eq!(answer.value.title, "Service Unavailable");
+        assert_eq!(answer.value.detail.as_deref(), Some("<html>upstream down</html>"));
+        assert_eq!(answer.value.retry_after, Some(7));
+        assert_eq!(answer.raw["status"], 503);
+        let empty = error_answer(502, None, b"").value;
         assert_eq!((empty.title.as_str(), empty.detail), ("Bad Gateway", None));
     }
 

@@ -154,14 +154,7 @@ async fn sagas(client: &Client, json: bool, command: &SagasCommand) -> Result<()
 async fn drain(client: &Client, version: u32, timeout: u64, every: u64) -> Result<(), Error> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
     let made_up = |status: u16, title: String| {
-        Box::new(client::Problem {
-            status,
-            title,
-            detail: None,
-            errors: Vec::new(),
-            retry_after: None,
-            raw: Value::Null,
-        })
+        Box::new(client::Fetched { value: client::Problem::new(status, "admin", &title), raw: Value::Null })
     };
     loop {
         let versions = client.saga_versions().await?.value.versions;

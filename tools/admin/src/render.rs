@@ -10,8 +10,8 @@
 //! overwrites the line, a newline forges one). They show as escapes instead.
 
 use crate::client::{
-    DeadLetter, DiscardResult, DlqTopic, Error, Problem, ReplayResult, SagaActionResult, SagaDetail,
-    SagaSummary, SagaVersion,
+    DeadLetter, Discarded, DlqTopic, Error, Problem, Replayed, SagaActionResult, SagaDetail, SagaSummary,
+    SagaVersion,
 };
 use chrono::{DateTime, Utc};
 use std::fmt::Write as _;
@@ -380,7 +380,7 @@ pub fn payload(text: &str) -> String {
 }
 
 /// `dlq replay`.
-pub fn replay_result(topic: &str, result: &ReplayResult) -> String {
+pub fn replay_result(topic: &str, result: &Replayed) -> String {
     let mut out = match result.replayed.len() {
         0 => format!("Nothing pending to replay in {}.\n", escape(topic)),
         n => {
@@ -394,7 +394,7 @@ pub fn replay_result(topic: &str, result: &ReplayResult) -> String {
 }
 
 /// `dlq discard`.
-pub fn discard_result(topic: &str, result: &DiscardResult) -> String {
+pub fn discard_result(topic: &str, result: &Discarded) -> String {
     let mut out = format!("{} {}: {}\n", escape(topic), escape(&result.id), escape(&result.state));
     if result.replay {
         out.push_str("(this Idempotency-Key was used before: that earlier answer)\n");
@@ -428,7 +428,7 @@ pub fn error(e: &Error) -> String {
         Error::Network { .. } | Error::Protocol { .. } | Error::Setup(_) => "",
     };
     if let Some(p) = e.problem() {
-        return format!("error: {kind}: {}", problem(p));
+        return format!("error: {kind}: {}", problem(&p.value));
     }
     let mut out = format!("error: {}", escape(&e.to_string()));
     let mut source = std::error::Error::source(e);
@@ -448,7 +448,8 @@ pub fn error(e: &Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::{FieldError, SagaAttempt, SagaOperatorAction, SagaStep};
+    use crate::client::{Fetched, SagaAttempt, SagaOperatorAction, SagaStep};
+    use sagaworks_api::FieldError;
 
     fn at(s: &str) -> Option<DateTime<Utc>> {
         Some(s.parse().unwrap())
@@ -695,12 +696,12 @@ mod tests {
 
     #[test]
     fn problems_are_readable() {
-        let problem = Problem {
-            status: 422,
-            title: "Invalid request".into(),
-            detail: Some("see errors".into()),
-            errors: vec![FieldError { field: "limit".into(), message: "too big".into() }],
-            retry_after: None,
+        let problem = Fetched {
+            value: Problem {
+                errors: vec![FieldError { field: "limit".into(), message: "too big".into() }],
+                title: "Invalid request".into(),
+                ..Problem::new(422, "validation", "").detail("see errors")
+            },
             raw: serde_json::Value::Null,
         };
         assert_eq!(

@@ -91,7 +91,7 @@ fn hostile_dead_letter() -> Value {
         "reason": format!("untrusted_source{csi}\rhandler_error"), "error": "bad\nprice\r",
         "event_id": "e\x1b[8m", "event_type": "OrderConfirmed\u{9b}2K", "attempts": 1, "state": "pending\x07",
         "headers": {"ce_source": format!("/sagaworks/inventory\r{osc8}"), format!("x{csi}"): "v\nce_source: /sagaworks/order"},
-        "payload": format!("not json{csi}\r\nOperator actions:"), "payload_bytes": 10,
+        "payload": format!("not json{csi}\r\nOperator actions:"), "payload_bytes": 10, "payload_truncated": false,
         "actions": [{"action": "REPLAY\x1b[0m", "actor": "ops\r", "reason": format!("r{osc8}"), "at": null}]
     })
 }

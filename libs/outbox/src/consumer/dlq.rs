@@ -3,46 +3,18 @@
 
 #[cfg(doc)]
 use super::ConsumerSettings;
-use super::process::Outcome;
+use super::outcome::Outcome;
 use super::worker::Interrupted;
 use super::{Consumer, Handler, HandlerError, ReceivedEvent, UnsupportedVersionPolicy};
 use crate::backoff::Backoff;
-use crate::kafka::{self, headers};
+use crate::dead_letter::DlqReason;
+use crate::dead_letter::headers::Parked;
+use crate::kafka;
 use crate::metrics as m;
-use rdkafka::message::{Header, Message, OwnedMessage};
+use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::FutureRecord;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// Why a message was dead-lettered: the `dlq_reason` header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DlqReason {
-    /// Not a CloudEvent (a header missing or invalid).
-    InvalidEnvelope,
-    /// The handler said it will never succeed ([`HandlerError::Permanent`]).
-    Rejected,
-    /// Retryable errors until `max_attempts` ran out.
-    RetriesExhausted,
-    /// A schema version newer than the handler reads.
-    UnsupportedSchemaVersion,
-    /// Its `ce_source` is not the topic's publisher ([`ConsumerSettings::sources`]).
-    UntrustedSource,
-    /// Its `ce_type` is not one the topic carries ([`ConsumerSettings::types`]).
-    UnexpectedType,
-}
-
-impl DlqReason {
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Self::InvalidEnvelope => "invalid_envelope",
-            Self::Rejected => "rejected",
-            Self::RetriesExhausted => "retries_exhausted",
-            Self::UnsupportedSchemaVersion => "unsupported_schema_version",
-            Self::UntrustedSource => "untrusted_source",
-            Self::UnexpectedType => "unexpected_type",
-        }
-    }
-}
 
 impl<H: Handler> Consumer<H> {
     pub(super) async fn handle_with_retries(
@@ -94,23 +66,18 @@ impl<H: Handler> Consumer<H> {
         shutdown: &CancellationToken,
     ) -> Result<Outcome, Interrupted> {
         let topic = kafka::dlq_topic(msg.topic());
-        let attempts = attempts.to_string();
-        let partition = msg.partition().to_string();
-        let offset = msg.offset().to_string();
+        let parked = Parked {
+            reason,
+            error,
+            attempts,
+            topic: msg.topic(),
+            partition: msg.partition(),
+            offset: msg.offset(),
+            group: &self.settings.group_id,
+        };
         let mut backoff = Backoff::new(self.settings.retry_base_ms, self.settings.retry_max_ms.max(1_000));
         loop {
-            let mut h = msg.headers().cloned().unwrap_or_default();
-            for (key, value) in [
-                (headers::DLQ_REASON, reason.label()),
-                (headers::DLQ_ERROR, error),
-                (headers::DLQ_ATTEMPTS, attempts.as_str()),
-                (headers::DLQ_ORIGINAL_TOPIC, msg.topic()),
-                (headers::DLQ_ORIGINAL_PARTITION, partition.as_str()),
-                (headers::DLQ_ORIGINAL_OFFSET, offset.as_str()),
-                (headers::DLQ_GROUP, self.settings.group_id.as_str()),
-            ] {
-                h = h.insert(Header { key, value: Some(value) });
-            }
+            let h = parked.add_to(msg.headers().cloned().unwrap_or_default());
             let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic).headers(h);
             if let Some(k) = msg.key() {
                 record = record.key(k);

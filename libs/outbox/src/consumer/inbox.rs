@@ -1,26 +1,10 @@
 //! The inbox table: recording handled events, and purging expired rows.
 
-use super::{Consumer, Handler, ReceivedEvent};
+use super::ReceivedEvent;
 use sqlx::{PgConnection, PgPool};
 use std::collections::HashSet;
 use std::time::Duration;
 use uuid::Uuid;
-
-impl<H: Handler> Consumer<H> {
-    /// Deletes the group's expired inbox rows on a task of its own, so a long
-    /// purge never holds up consuming.
-    pub(super) fn purge_inbox_in_background(&self) {
-        let (pool, group, hours) =
-            (self.pool.clone(), self.settings.group_id.clone(), self.settings.inbox_retention_hours);
-        tokio::spawn(async move {
-            match purge_inbox(&pool, &group, hours).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(rows = n, %group, "purged expired inbox rows"),
-                Err(e) => tracing::warn!(error = %e, %group, "inbox purge failed"),
-            }
-        });
-    }
-}
 
 /// How often a consumer deletes its group's expired inbox rows.
 pub(super) const INBOX_PURGE_EVERY: Duration = Duration::from_secs(3600);

@@ -4,6 +4,7 @@ mod dlq;
 mod envelope;
 mod handler;
 mod inbox;
+mod outcome;
 mod process;
 mod settings;
 mod worker;

@@ -3,10 +3,11 @@
 
 #[cfg(doc)]
 use super::ConsumerSettings;
-use super::dlq::DlqReason;
 use super::inbox;
+use super::outcome::Outcome;
 use super::worker::Interrupted;
 use super::{Consumer, Handler, HandlerError, ReceivedEvent};
+use crate::dead_letter::DlqReason;
 use crate::metrics as m;
 use opentelemetry::trace::Status;
 use rdkafka::message::{Headers, Message, OwnedMessage};
@@ -15,27 +16,6 @@ use sagaworks_telemetry::propagation::context_from_pairs;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
-
-/// How a message ended.
-#[derive(Clone, Copy)]
-pub(super) enum Outcome {
-    Processed,
-    /// The handler does not want this event ([`Handler::wants`]).
-    Ignored,
-    Duplicate,
-    DeadLettered,
-}
-
-impl Outcome {
-    fn label(&self) -> &'static str {
-        match self {
-            Self::Processed => "processed",
-            Self::Ignored => "ignored",
-            Self::Duplicate => "duplicate",
-            Self::DeadLettered => "dead_lettered",
-        }
-    }
-}
 
 impl<H: Handler> Consumer<H> {
     /// Why `event` is not believed, if it is not: the reason it is parked under and the

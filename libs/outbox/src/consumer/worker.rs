@@ -1,7 +1,7 @@
 //! The consumer's runtime: the poll loop that routes messages by partition
 //! to workers, each worker's loop, offset commits and lag.
 
-use super::inbox::INBOX_PURGE_EVERY;
+use super::inbox::{self, INBOX_PURGE_EVERY};
 use super::{ConsumerSettings, Handler};
 use crate::OutboxError;
 use crate::backoff::Backoff;
@@ -357,6 +357,20 @@ impl<H: Handler> Consumer<H> {
                     }
                     Err(e) => tracing::debug!(error = %e, "cannot fetch watermarks"),
                 }
+            }
+        });
+    }
+
+    /// Deletes the group's expired inbox rows on a task of its own, so a long
+    /// purge never holds up consuming.
+    pub(super) fn purge_inbox_in_background(&self) {
+        let (pool, group, hours) =
+            (self.pool.clone(), self.settings.group_id.clone(), self.settings.inbox_retention_hours);
+        tokio::spawn(async move {
+            match inbox::purge_inbox(&pool, &group, hours).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(rows = n, %group, "purged expired inbox rows"),
+                Err(e) => tracing::warn!(error = %e, %group, "inbox purge failed"),
             }
         });
     }

@@ -2,19 +2,20 @@
 //! `<topic>.dlq` and why, replay it to the original topic in its original
 //! per-key order once the cause is fixed, or discard it with a reason.
 //! Backed by the order service's `DeadLetterService` (see
-//! `sagaworks_outbox::dead_letters`). `{topic}` is the original topic as
+//! `sagaworks_outbox::dead_letter`). `{topic}` is the original topic as
 //! configured: `order`, `reservation` or `payment`.
 
 use super::AppState;
 use crate::auth::Admin;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, IdempotencyKey};
-use crate::model::{
-    DeadLetterPage, DeadLetterView, Discarded, DlqActionInput, DlqReplayInput, DlqTopics, Replayed,
-};
+use crate::model::{dead_letter, dead_letter_page, dlq_topics};
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
+use sagaworks_api::dead_letter::{
+    DeadLetter, DeadLetterPage, Discarded, DlqActionInput, DlqReplayInput, DlqTopics, Replayed,
+};
 use sagaworks_errors::Problem;
 use sagaworks_proto::deadletter::v1 as pb;
 use serde::Deserialize;
@@ -76,7 +77,7 @@ pub struct ListDeadLettersQuery {
 pub async fn list_topics(State(state): State<AppState>, _: Admin) -> Result<Json<DlqTopics>, ApiError> {
     let res = state.dead_letters.clone().list_topics(pb::ListTopicsRequest {}).await;
     let res = res.map_err(ApiError::downstream("order"))?.into_inner();
-    Ok(Json(res.into()))
+    Ok(Json(dlq_topics(res)))
 }
 
 /// A dead-letter topic's messages, oldest first, with why each failed;
@@ -117,7 +118,7 @@ pub async fn list_messages(
     };
     let page = state.dead_letters.clone().list_dead_letters(request).await;
     let page = page.map_err(ApiError::downstream("order"))?.into_inner();
-    Ok(Json(page.into()))
+    Ok(Json(dead_letter_page(page)))
 }
 
 /// One dead-lettered message: its headers, payload (at most 64 KiB), error,
@@ -129,7 +130,7 @@ pub async fn list_messages(
         ("id" = String, Path, description = "`<partition>-<offset>` in the dead-letter topic", pattern = r"^[0-9]{1,10}-[0-9]{1,19}$"),
     ),
     responses(
-        (status = 200, body = DeadLetterView),
+        (status = 200, body = DeadLetter),
         (status = 404, body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Not a message id", body = Problem, content_type = "application/problem+json"),
     )
@@ -138,10 +139,10 @@ pub async fn get_message(
     State(state): State<AppState>,
     _: Admin,
     Path((topic, id)): Path<(String, String)>,
-) -> Result<Json<DeadLetterView>, ApiError> {
+) -> Result<Json<DeadLetter>, ApiError> {
     message_id("id", &id)?;
     let res = state.dead_letters.clone().get_dead_letter(pb::GetDeadLetterRequest { topic, id }).await;
-    Ok(Json(res.map_err(ApiError::downstream("order"))?.into_inner().into()))
+    Ok(Json(dead_letter(res.map_err(ApiError::downstream("order"))?.into_inner())))
 }
 
 fn operator(admin: Admin, key: IdempotencyKey, reason: String) -> Result<pb::Operator, ApiError> {

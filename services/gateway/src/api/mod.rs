@@ -213,4 +213,47 @@ mod tests {
         );
         assert_eq!(list["schema"]["format"], "uuid");
     }
+
+    #[test]
+    fn the_dead_letter_schema_lists_every_field_of_the_shared_type_and_every_reason() {
+        use sagaworks_api::dead_letter::{DeadLetter, DeadLetterAction, OriginalPosition, reason};
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let schema = &doc["components"]["schemas"]["DeadLetter"];
+        // Every field set, so that every field is in the JSON the gateway answers.
+        let letter = DeadLetter {
+            id: "0-1".into(),
+            topic: "order".into(),
+            dlq_topic: "sagaworks.order.dlq".into(),
+            key: Some("k".into()),
+            original: Some(OriginalPosition { topic: "sagaworks.order".into(), partition: 0, offset: 7 }),
+            group: Some("inventory".into()),
+            reason: Some(reason::UNTRUSTED_SOURCE.into()),
+            error: "e".into(),
+            attempts: 1,
+            dead_lettered_at: Some(chrono::Utc::now()),
+            event_id: Some("id".into()),
+            event_type: Some("OrderPlaced".into()),
+            headers: [("ce_id".to_string(), "id".to_string())].into(),
+            payload: "{}".into(),
+            payload_bytes: 2,
+            payload_truncated: false,
+            state: "pending".into(),
+            actions: vec![DeadLetterAction {
+                action: "discard".into(),
+                actor: "ops".into(),
+                reason: "r".into(),
+                at: Some(chrono::Utc::now()),
+            }],
+        };
+        let sent = serde_json::to_value(&letter).unwrap();
+        let fields: Vec<&String> = sent.as_object().unwrap().keys().collect();
+        let documented: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
+        assert_eq!(documented, fields, "{schema}");
+        let reasons = schema["properties"]["reason"]["description"].as_str().unwrap_or_default();
+        for r in reason::ALL {
+            assert!(reasons.contains(&format!("`{r}`")), "reason {r} is not documented: {reasons}");
+        }
+        let page = &doc["components"]["schemas"]["DeadLetterPage"]["properties"]["messages"]["items"];
+        assert_eq!(page["$ref"], "#/components/schemas/DeadLetter");
+    }
 }

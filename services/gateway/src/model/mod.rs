@@ -9,10 +9,7 @@ mod sagas;
 pub use admin::{
     AddCredit, AddStock, CreateCustomer, CreateProduct, Customer, Product, ProductList, optional_id,
 };
-pub use dlq::{
-    DeadLetterAction, DeadLetterPage, DeadLetterView, Discarded, DlqActionInput, DlqReplayInput, DlqTopic,
-    DlqTopics, OriginalPosition, Replayed,
-};
+pub use dlq::{dead_letter, dead_letter_page, dlq_topics};
 pub use orders::{CreateOrder, Order, OrderLine, OrderLineInput, OrderList, TimelineEntry};
 pub use sagas::{
     PriceOutput, ReservationOutput, SagaActionInput, SagaActionResult, SagaDetail, SagaOperatorAction,

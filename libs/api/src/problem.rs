@@ -1,4 +1,8 @@
+//! RFC 9457 problem details: the body of every error answer of the REST API.
+
+#[cfg(feature = "axum")]
 use axum::http::{HeaderValue, StatusCode, header};
+#[cfg(feature = "axum")]
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -6,20 +10,28 @@ use std::time::Duration;
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// One invalid input field.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(default)]
 pub struct FieldError {
     /// JSON pointer-ish path of the field, e.g. `items[0].quantity`.
     pub field: String,
     pub message: String,
 }
 
-/// An RFC 9457 problem detail.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+/// An RFC 9457 problem detail. Read leniently (a client also reads the
+/// answers of proxies): only `title` must be there.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Problem {
     /// A URI reference naming the problem type.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub kind: String,
     pub title: String,
+    /// The HTTP status of the answer.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub status: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -34,11 +46,12 @@ pub struct Problem {
 }
 
 impl Problem {
-    pub fn new(status: StatusCode, kind: &str, title: &str) -> Self {
+    /// A problem of type `https://sagaworks.dev/problems/{kind}` with HTTP `status`.
+    pub fn new(status: u16, kind: &str, title: &str) -> Self {
         Self {
             kind: format!("https://sagaworks.dev/problems/{kind}"),
             title: title.into(),
-            status: status.as_u16(),
+            status,
             detail: None,
             instance: None,
             errors: Vec::new(),
@@ -62,43 +75,55 @@ impl Problem {
         self
     }
 
-    pub fn status_code(&self) -> StatusCode {
-        StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-    }
-
     pub fn bad_request(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "bad-request", "The request is malformed").detail(detail)
+        Self::new(400, "bad-request", "The request is malformed").detail(detail)
     }
 
     pub fn validation(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation", "The request is invalid")
-            .field(field, message)
+        Self::new(422, "validation", "The request is invalid").field(field, message)
     }
 
     pub fn not_found(what: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not-found", "Not found").detail(what)
+        Self::new(404, "not-found", "Not found").detail(what)
     }
 
     pub fn conflict(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, "conflict", "Conflict").detail(detail)
+        Self::new(409, "conflict", "Conflict").detail(detail)
     }
 
     pub fn unavailable(detail: impl Into<String>, retry_after: Duration) -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "A downstream service is unavailable")
+        Self::new(503, "unavailable", "A downstream service is unavailable")
             .detail(detail)
             .retry_after(retry_after)
     }
 
     pub fn timeout(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::GATEWAY_TIMEOUT, "timeout", "A downstream service did not answer in time")
-            .detail(detail)
+        Self::new(504, "timeout", "A downstream service did not answer in time").detail(detail)
     }
 
     pub fn internal() -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error")
+        Self::new(500, "internal", "Internal error")
     }
 }
 
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (HTTP {})", self.title, self.status)?;
+        if let Some(detail) = &self.detail {
+            write!(f, ": {detail}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "axum")]
+impl Problem {
+    pub fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+}
+
+#[cfg(feature = "axum")]
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = self.status_code();
@@ -116,12 +141,20 @@ impl IntoResponse for Problem {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "axum")]
     #[test]
     fn problem_sets_content_type_and_retry_after() {
         let res = Problem::unavailable("order service", Duration::from_millis(1500)).into_response();
         assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(res.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
         assert_eq!(res.headers()[header::RETRY_AFTER], "2");
+    }
+
+    #[test]
+    fn a_problem_without_type_or_status_is_read() {
+        let p: Problem = serde_json::from_str(r#"{"title":"Bad Gateway","extra":1}"#).unwrap();
+        assert_eq!((p.title.as_str(), p.status, p.kind.as_str()), ("Bad Gateway", 0, ""));
+        assert!(serde_json::from_str::<Problem>(r#"{"detail":"no title"}"#).is_err());
     }
 
     #[test]
