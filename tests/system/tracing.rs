@@ -1,9 +1,10 @@
 //! OpenTelemetry end to end: the four services run as real processes, each
 //! exporting its spans (under its own `service.name`) to an in-process OTLP
 //! receiver, and once through the real Collector into a real Jaeger. One `POST /v1/orders` must be one trace across gateway, order,
-//! inventory and payment with correct parentage; the events it causes are
-//! consumed in new traces linked to it; a failing saga shows its error and
-//! its compensation.
+//! inventory and payment with correct parentage; the gateway starts it (a
+//! client's `traceparent` is only a link, and cannot force sampling); the
+//! events it causes are consumed in new traces linked to it; a failing saga
+//! shows its error and its compensation.
 //!
 //! Needs the service binaries built (`cargo build --workspace`, which
 //! `scripts/test` does first).
@@ -11,16 +12,19 @@
 use reqwest::StatusCode;
 use sagaworks_test_support::eventually;
 use sagaworks_test_support::jaeger::Tracing;
-use sagaworks_test_support::otlp::{OtlpReceiver, ReceivedSpan, SpanKind, StatusCode as SpanStatus};
+use sagaworks_test_support::otlp::{
+    OtlpReceiver, ReceivedLink, ReceivedSpan, SpanKind, StatusCode as SpanStatus,
+};
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 use system_tests::auth::customer_token;
 use system_tests::processes::ProcessStack;
 
-/// The caller's trace: the gateway must continue it.
+/// The client's trace context, sampled: the gateway links to it and never continues it.
 const CALLER_TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN_ID: &str = "00f067aa0ba902b7";
+const CALLER_TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 async fn start(receiver: &OtlpReceiver) -> ProcessStack {
     start_with(receiver, &[]).await
@@ -52,20 +56,33 @@ async fn catalogue(system: &ProcessStack, credit_cents: i64) -> (String, String)
     (product["id"].as_str().unwrap().to_string(), customer["customer_id"].as_str().unwrap().to_string())
 }
 
-/// `POST /v1/orders` as the customer, continuing the caller's trace `trace_id`.
-async fn place(system: &ProcessStack, trace_id: &str, customer: &str, product: &str) -> Value {
+/// `POST /v1/orders` as the customer, sending the client's sampled [`CALLER_TRACEPARENT`].
+async fn place(system: &ProcessStack, customer: &str, product: &str) -> Value {
+    place_with(system, CALLER_TRACEPARENT, customer, product).await
+}
+
+/// `POST /v1/orders` as the customer, sending `traceparent`.
+async fn place_with(system: &ProcessStack, traceparent: &str, customer: &str, product: &str) -> Value {
     let body = json!({ "customer_id": customer, "items": [{ "product_id": product, "quantity": 2 }] });
     let res = system
         .http
         .post(system.url("/v1/orders"))
         .bearer_auth(customer_token(customer))
-        .header("traceparent", format!("00-{trace_id}-{CALLER_SPAN_ID}-01"))
+        .header("traceparent", traceparent)
         .json(&body)
         .send()
         .await
         .expect("the gateway answers");
     assert_eq!(res.status(), StatusCode::CREATED);
     res.json().await.unwrap()
+}
+
+/// The trace id an order stores: the gateway's, never the client's.
+fn trace_of(order: &Value) -> String {
+    let trace_id = order["trace_id"].as_str().unwrap_or_else(|| panic!("the order names its trace: {order}"));
+    assert_eq!(trace_id.len(), 32, "{trace_id}");
+    assert_ne!(trace_id, CALLER_TRACE_ID, "the client's traceparent does not choose the order's trace");
+    trace_id.to_owned()
 }
 
 /// The spans of one trace, navigable by parentage.
@@ -148,13 +165,18 @@ fn service_type(service: &str) -> &'static str {
     }
 }
 
-/// The gateway part of an order's trace: HTTP server span (child of the
-/// caller's span) -> gRPC client span -> order's CreateOrder server span -> saga span.
+/// The gateway part of an order's trace: HTTP server span (the root, linked to
+/// the client's span) -> gRPC client span -> order's CreateOrder server span -> saga span.
 fn assert_gateway_to_saga<'a>(trace: &Trace<'a>, trace_id: &str) -> &'a ReceivedSpan {
     let http =
         trace.one("gateway HTTP server span", |s| s.service_name == "gateway" && s.kind == SpanKind::Server);
     assert_eq!(http.name, "POST /v1/orders");
-    assert_eq!(http.parent_span_id, CALLER_SPAN_ID, "the gateway continues the caller's traceparent");
+    assert_eq!(http.parent_span_id, "", "the gateway's request is the root of the order's trace");
+    assert_eq!(
+        http.links,
+        vec![ReceivedLink { trace_id: CALLER_TRACE_ID.into(), span_id: CALLER_SPAN_ID.into() }],
+        "the gateway's request links to the client's span"
+    );
     assert_eq!(http.trace_id, trace_id);
     assert_eq!(http.attr("http.request.method"), Some("POST"));
     assert_eq!(http.attr("http.response.status_code"), Some("201"));
@@ -213,12 +235,12 @@ async fn one_order_is_one_trace_across_all_services_and_its_events_link_to_it() 
     let system = start(&receiver).await;
     let (product, customer) = catalogue(&system, 10_000).await;
 
-    let trace_id = CALLER_TRACE_ID;
-    let order = place(&system, trace_id, &customer, &product).await;
+    let order = place(&system, &customer, &product).await;
     assert_eq!(order["status"], "CONFIRMED", "{order}");
+    let trace_id = &trace_of(&order);
     let order_id = order["order_id"].as_str().unwrap().to_string();
     let fetched = system.get_until(&format!("/v1/orders/{order_id}"), |o| o["trace_id"].is_string()).await;
-    assert_eq!(fetched["trace_id"], trace_id, "GET /v1/orders/{{id}} names the order's trace: {fetched}");
+    assert_eq!(fetched["trace_id"], *trace_id, "GET /v1/orders/{{id}} names the order's trace: {fetched}");
 
     // Both consumers of OrderConfirmed did their work: the order's timeline
     // has the event, and inventory turned the reservation into a sale.
@@ -308,9 +330,9 @@ async fn an_orders_complete_trace_reads_back_from_jaeger_fed_by_the_collector() 
     let started = SystemTime::now();
     let system = ProcessStack::start(&otel(&tracing.otlp_endpoint())).await;
     let (product, customer) = catalogue(&system, 10_000).await;
-    let trace_id = CALLER_TRACE_ID;
-    let order = place(&system, trace_id, &customer, &product).await;
+    let order = place(&system, &customer, &product).await;
     assert_eq!(order["status"], "CONFIRMED", "{order}");
+    let trace_id = &trace_of(&order);
     let order_id = order["order_id"].as_str().unwrap().to_string();
     system.get_until(&format!("/v1/orders/{order_id}"), |o| has_event(o, "OrderConfirmed")).await;
     system.get_until(&format!("/v1/products/{product}"), |p| p["sold"] == 2).await;
@@ -394,9 +416,9 @@ async fn a_failing_saga_trace_shows_the_rejected_charge_and_the_compensation() {
     // 2 x 250 cents, but only 100 of credit.
     let (product, customer) = catalogue(&system, 100).await;
 
-    let trace_id = "a3ce929d0e0e47364bf92f3577b34da6";
-    let order = place(&system, trace_id, &customer, &product).await;
+    let order = place(&system, &customer, &product).await;
     assert_eq!(order["status"], "CANCELLED", "{order}");
+    let trace_id = &trace_of(&order);
     assert!(order["failure_reason"].as_str().unwrap_or_default().contains("insufficient funds"), "{order}");
     let order_id = order["order_id"].as_str().unwrap().to_string();
 
@@ -451,15 +473,15 @@ async fn a_saga_resumed_by_another_replica_continues_the_orders_trace() {
     let lease = ("APP_SAGA__LEASE_MS", "1000");
     let system = start_with(&receiver, &[("APP_SAGA__CRASH_POINT", "before:charge_payment"), lease]).await;
     let (product, customer) = catalogue(&system, 10_000).await;
-    let trace_id = "b7ad6b7169203331a3ce929d0e0e4736";
-    let order = place(&system, trace_id, &customer, &product).await;
+    let order = place(&system, &customer, &product).await;
     assert_eq!(order["status"], "PENDING", "the first replica stopped before the charge: {order}");
+    let trace_id = &trace_of(&order);
     let order_id = order["order_id"].as_str().unwrap().to_string();
 
     let endpoint = receiver.endpoint();
     let mut replica = system.start_order_replica(&[&otel(&endpoint)[..], &[lease]].concat()).await;
     let order = system.get_until(&format!("/v1/orders/{order_id}"), |o| o["status"] == "CONFIRMED").await;
-    assert_eq!(order["trace_id"], trace_id, "{order}");
+    assert_eq!(order["trace_id"], *trace_id, "{order}");
     replica.terminate().await;
     system.stop().await;
     let spans = receiver.spans();
@@ -484,4 +506,85 @@ async fn a_saga_resumed_by_another_replica_continues_the_orders_trace() {
         drives.iter().find(|d| charge.parent_span_id == d.span_id).expect("the charge is a step of a drive");
     assert!(trace.descends_from(trace.step("confirm_order"), resumed), "the resumed drive also confirms");
     trace.call(charge, "payment", "Charge");
+}
+
+/// A client's `traceparent` names neither the order's trace nor its parent: the
+/// gateway's request span is the root of a new trace and links to the client's span;
+/// the order stores that trace, and the internal hops (gRPC to order, the saga, the
+/// outbox row's send) continue it. Nothing is exported in the client's trace. A
+/// malformed `traceparent` is ignored: the order is placed, in a trace of its own,
+/// with no link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_starts_the_orders_trace_and_only_links_the_clients() {
+    let receiver = OtlpReceiver::start().await;
+    let system = start(&receiver).await;
+    let (product, customer) = catalogue(&system, 10_000).await;
+
+    let linked = place(&system, &customer, &product).await;
+    assert_eq!(linked["status"], "CONFIRMED", "{linked}");
+    let linked_trace = trace_of(&linked);
+    let linked_id = linked["order_id"].as_str().unwrap().to_string();
+    let stored =
+        system.get_until(&format!("/v1/orders/{linked_id}"), |o| has_event(o, "OrderConfirmed")).await;
+    assert_eq!(stored["trace_id"], linked_trace.as_str(), "the order stores the gateway's trace: {stored}");
+
+    // A trace id one digit short, and garbage: neither is a context.
+    let mut malformed_traces = Vec::new();
+    for traceparent in ["00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01", "not a traceparent"] {
+        let order = place_with(&system, traceparent, &customer, &product).await;
+        assert_eq!(order["status"], "CONFIRMED", "{traceparent}: {order}");
+        malformed_traces.push(trace_of(&order));
+    }
+    system.stop().await;
+    let spans = receiver.spans();
+
+    let in_clients: Vec<&str> =
+        spans.iter().filter(|s| s.trace_id == CALLER_TRACE_ID).map(|s| s.name.as_str()).collect();
+    assert!(in_clients.is_empty(), "no span joins the client's trace: {in_clients:?}");
+    let trace = Trace::of(&spans, &linked_trace);
+    let saga = assert_gateway_to_saga(&trace, &linked_trace);
+    let confirm = trace.step("confirm_order");
+    assert_eq!(confirm.parent_span_id, saga.span_id);
+    let producer = order_event_producer(&trace, confirm);
+    assert_eq!(producer.parent_span_id, confirm.span_id, "the outbox row carries the gateway's trace");
+
+    for trace_id in &malformed_traces {
+        let trace = Trace::of(&spans, trace_id);
+        let http = trace
+            .one("gateway HTTP server span", |s| s.service_name == "gateway" && s.kind == SpanKind::Server);
+        assert_eq!(http.attr("http.response.status_code"), Some("201"));
+        assert_eq!(http.parent_span_id, "", "a trace of its own");
+        assert!(http.links.is_empty(), "a malformed traceparent is no link: {:?}", http.links);
+        trace.one("order CreateOrder server span", |s| {
+            s.service_name == "order" && s.kind == SpanKind::Server && s.name.ends_with("/CreateOrder")
+        });
+    }
+}
+
+/// A client's sampled flag does not force sampling. With a sampler that samples
+/// no trace the gateway starts (`parentbased_always_off`, in every service), a
+/// request carrying a sampled `traceparent` is still served and its order gets
+/// the gateway's trace id, but nothing of it is exported: not the gateway's
+/// request, not order's call, not the saga.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_sampled_flag_cannot_force_sampling() {
+    let receiver = OtlpReceiver::start().await;
+    let system = start_with(&receiver, &[("OTEL_TRACES_SAMPLER", "parentbased_always_off")]).await;
+    let (product, customer) = catalogue(&system, 10_000).await;
+
+    let order = place(&system, &customer, &product).await;
+    assert_eq!(order["status"], "CONFIRMED", "{order}");
+    let trace_id = trace_of(&order);
+    let order_id = order["order_id"].as_str().unwrap().to_string();
+    system.get_until(&format!("/v1/orders/{order_id}"), |o| has_event(o, "OrderConfirmed")).await;
+    // SIGTERM: each service exports whatever it sampled before it exits.
+    system.stop().await;
+    let spans = receiver.spans();
+
+    let exported: Vec<String> = spans
+        .iter()
+        .filter(|s| s.trace_id == CALLER_TRACE_ID || s.trace_id == trace_id || s.service_name == "gateway")
+        .map(|s| format!("{}: {} in {}", s.service_name, s.name, s.trace_id))
+        .collect();
+    assert!(exported.is_empty(), "the client's sampled flag made these spans be exported: {exported:#?}");
 }

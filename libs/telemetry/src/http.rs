@@ -3,15 +3,18 @@
 //! ```ignore
 //! let app = Router::new()
 //!     .route("/orders/{id}", get(get_order))
-//!     .layer(sagaworks_telemetry::http::ServerTraceLayer::new("gateway"));
+//!     .layer(sagaworks_telemetry::http::ServerTraceLayer::new("gateway", CallerTrace::Link));
 //! ```
 //!
-//! Each request gets a server span that continues the caller's W3C `traceparent` (or
-//! starts a trace), named `{method} {http.route}` with `http.request.method`,
+//! Each request gets a server span named `{method} {http.route}` with `http.request.method`,
 //! `url.path`, `http.route` and `http.response.status_code`; 5xx responses and
 //! service errors mark it as an error. Added with `Router::layer`, the layer sees
 //! axum's [`MatchedPath`]; wrapped around the whole router (no matched path yet) the
 //! span is named by the method alone, as the conventions ask for.
+//!
+//! What the span makes of the caller's W3C `traceparent`/`tracestate` is the layer's
+//! [`CallerTrace`]: a caller inside the system is continued, a public client is only
+//! linked to, so it chooses neither the trace id nor the sampling decision.
 //!
 //! Each request is also counted in the histogram [`HTTP_SERVER_DURATION`] (RED: rate,
 //! errors, duration), labelled `service`, `method`, `route` (the matched template,
@@ -20,6 +23,7 @@
 
 use crate::propagation::{self, HeaderExtractor};
 use axum::extract::MatchedPath;
+use opentelemetry::trace::{SpanContext, TraceContextExt};
 use pin_project_lite::pin_project;
 use std::fmt::Display;
 use std::future::Future;
@@ -34,16 +38,32 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 /// Histogram: seconds per request, until its response head.
 pub const HTTP_SERVER_DURATION: &str = "http_server_request_duration_seconds";
 
+/// What a request's server span makes of the W3C context (`traceparent`,
+/// `tracestate`) its caller sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallerTrace {
+    /// The span is the child of the caller's span: the request is part of the caller's
+    /// trace and follows its sampling decision. For callers inside the system.
+    Continue,
+    /// The span is the root of a trace of its own (a new trace id, sampled as the
+    /// configured sampler decides for a root) and carries a span link to the caller's
+    /// span, when the caller sent a valid context. For the public edge: a client picks
+    /// neither the trace id stored with what it creates nor whether it is sampled.
+    Link,
+}
+
 /// Traces every request passing through it.
 #[derive(Debug, Clone, Copy)]
 pub struct ServerTraceLayer {
     service: &'static str,
+    caller: CallerTrace,
 }
 
 impl ServerTraceLayer {
-    /// For the requests `service` serves (the `service` label of [`HTTP_SERVER_DURATION`]).
-    pub fn new(service: &'static str) -> Self {
-        Self { service }
+    /// For the requests `service` serves (the `service` label of [`HTTP_SERVER_DURATION`]),
+    /// treating the caller's trace context as `caller` says.
+    pub fn new(service: &'static str, caller: CallerTrace) -> Self {
+        Self { service, caller }
     }
 }
 
@@ -51,7 +71,7 @@ impl<S> Layer<S> for ServerTraceLayer {
     type Service = ServerTrace<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ServerTrace { inner, service: self.service }
+        ServerTrace { inner, service: self.service, caller: self.caller }
     }
 }
 
@@ -60,6 +80,7 @@ impl<S> Layer<S> for ServerTraceLayer {
 pub struct ServerTrace<S> {
     inner: S,
     service: &'static str,
+    caller: CallerTrace,
 }
 
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for ServerTrace<S>
@@ -77,7 +98,7 @@ where
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
         let span = request_span(&request);
-        let _ = span.set_parent(propagation::extract(&HeaderExtractor(request.headers())));
+        adopt_caller_context(&span, self.caller, request.headers());
         let labels = Labels {
             service: self.service,
             method: method_label(request.method()),
@@ -124,6 +145,36 @@ pub fn method_label(method: &http::Method) -> &'static str {
         Method::PATCH => "PATCH",
         _ => "_OTHER",
     }
+}
+
+/// Places `span` in the caller's trace, or at the root of a new one linked to it, as
+/// `caller` says. Without a valid `traceparent` the span starts a new trace, with no
+/// link. Call it before `span` is first entered.
+fn adopt_caller_context(span: &Span, caller: CallerTrace, headers: &http::HeaderMap) {
+    match caller {
+        CallerTrace::Continue => {
+            let _ = span.set_parent(propagation::extract(&HeaderExtractor(headers)));
+        }
+        CallerTrace::Link => {
+            // An empty parent: never the caller's trace, nor an ambient one.
+            let _ = span.set_parent(opentelemetry::Context::new());
+            if let Some(linked) = linked_context(headers) {
+                span.add_link(linked);
+            }
+        }
+    }
+}
+
+/// The span context a public client sent, when its `traceparent` is well-formed
+/// to the letter ([`propagation::is_well_formed_traceparent`]).
+fn linked_context(headers: &http::HeaderMap) -> Option<SpanContext> {
+    let traceparent = headers.get(propagation::TRACEPARENT)?.to_str().ok()?;
+    if !propagation::is_well_formed_traceparent(traceparent) {
+        return None;
+    }
+    let remote = propagation::extract(&HeaderExtractor(headers));
+    let linked = remote.span().span_context().clone();
+    linked.is_valid().then_some(linked)
 }
 
 fn request_span<B>(request: &http::Request<B>) -> Span {

@@ -14,7 +14,8 @@
 //!     // 3. Client side: wrap the channel so outgoing calls carry `traceparent`.
 //!     let channel = tower::Layer::layer(&sagaworks_telemetry::grpc::ClientTraceLayer::new("order"), channel);
 //!     let payments = PaymentServiceClient::new(channel);
-//!     // 4. HTTP (gateway): `Router::new().route(..).layer(sagaworks_telemetry::http::ServerTraceLayer::new("gateway"))`.
+//!     // 4. HTTP (gateway, the public edge): a new trace per request, linked to the client's.
+//!     //    `Router::new().route(..).layer(http::ServerTraceLayer::new("gateway", http::CallerTrace::Link))`.
 //!     // ... serve until the shutdown token fires ...
 //!     telemetry.shutdown().await?; // 5. flush the last spans (dropping the guard also flushes)
 //!     Ok(())
@@ -28,7 +29,8 @@
 //! * [`propagation`] — the current `traceparent`, inject/extract over any carrier, and
 //!   byte-valued header pairs for Kafka.
 //! * [`grpc`] — tower layers for tonic clients and servers.
-//! * [`http`] — a tower layer for the axum gateway.
+//! * [`http`] — a tower layer for the axum gateway: continues the caller's trace, or
+//!   (the public edge) starts one of its own linked to the caller's.
 //! * [`messaging`] — producer/consumer spans for the outbox relay and Kafka consumers.
 //!
 //! # Semantic conventions

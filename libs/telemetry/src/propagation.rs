@@ -80,6 +80,31 @@ pub fn context_from_traceparent(traceparent: &str, tracestate: Option<&str>) -> 
     TraceContextPropagator::new().extract(&carrier)
 }
 
+/// True when `value` (trimmed) follows the W3C `traceparent` syntax to the letter:
+/// `version-traceid-parentid-flags`, each of exactly 2, 32, 16 and 2 lower-case hex
+/// digits, a version other than `ff`, ids that are not all zeros, and for version `00`
+/// nothing after the flags (a later version may append `-` and more). The propagator
+/// is laxer (it pads a short id, for one), which is fine for the contexts the services
+/// write themselves but not for what an outside client sends.
+pub fn is_well_formed_traceparent(value: &str) -> bool {
+    let parts: Vec<&str> = value.trim().split('-').collect();
+    let [version, trace_id, parent_id, flags, rest @ ..] = parts.as_slice() else {
+        return false;
+    };
+    let hex = |field: &str, len: usize| {
+        field.len() == len && field.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let zeros = |field: &str| field.bytes().all(|b| b == b'0');
+    hex(version, 2)
+        && *version != "ff"
+        && (*version != "00" || rest.is_empty())
+        && hex(trace_id, 32)
+        && !zeros(trace_id)
+        && hex(parent_id, 16)
+        && !zeros(parent_id)
+        && hex(flags, 2)
+}
+
 /// Writes the current context into `carrier` with the global propagator.
 pub fn inject(carrier: &mut impl Injector) {
     inject_context(&current_context(), carrier)
@@ -185,6 +210,32 @@ mod tests {
         for bad in ["", "nope", "00-00000000000000000000000000000000-00f067aa0ba902b7-01", "zz-4bf9-00f0-01"]
         {
             assert!(!context_from_traceparent(bad, None).span().span_context().is_valid(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_traceparent_of_the_w3c_syntax_is_well_formed() {
+        assert!(is_well_formed_traceparent(TP));
+        assert!(is_well_formed_traceparent(&format!(" {TP} ")));
+        assert!(is_well_formed_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"));
+        assert!(is_well_formed_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later"));
+        for bad in [
+            "",
+            "nope",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e47366-00f067aa0ba902b7-01",
+            "00-+bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "0-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ] {
+            assert!(!is_well_formed_traceparent(bad), "{bad:?}");
         }
     }
 

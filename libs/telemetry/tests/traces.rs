@@ -135,7 +135,7 @@ async fn http_requests_continue_the_incoming_traceparent() {
     let app = Router::new()
         .route("/orders/{id}", get(|| async { current_trace_id().unwrap_or_default() }))
         .route("/fail", get(|| async { axum::http::StatusCode::INTERNAL_SERVER_ERROR }))
-        .layer(http::ServerTraceLayer::new("test"));
+        .layer(http::ServerTraceLayer::new("test", http::CallerTrace::Continue));
 
     let incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let request =
@@ -173,6 +173,56 @@ async fn http_requests_continue_the_incoming_traceparent() {
     assert_eq!(missing.attr("http.route"), None, "no route matched");
     assert_eq!(missing.attr("http.response.status_code"), Some("404"));
     assert_eq!(missing.status, StatusCode::Unset, "4xx is not a server error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_requests_at_the_public_edge_start_a_new_trace_linked_to_the_callers() {
+    let receiver = OtlpReceiver::start().await;
+    let guard = init_exporting_to(&receiver);
+    let app = Router::new()
+        .route("/orders/{id}", get(|| async { current_trace_id().unwrap_or_default() }))
+        .layer(http::ServerTraceLayer::new("test", http::CallerTrace::Link));
+    let get = |id: &str, traceparent: &str| {
+        axum::http::Request::get(format!("/orders/{id}"))
+            .header("traceparent", traceparent)
+            .body(AxumBody::empty())
+            .unwrap()
+    };
+
+    let incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let short = "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01";
+    for (id, traceparent) in [("linked", incoming), ("malformed", "00-not-a-trace-01"), ("short", short)] {
+        let response = app.clone().oneshot(get(id, traceparent)).await.unwrap();
+        assert_eq!(response.status(), 200, "{id}");
+        let body = axum::body::to_bytes(response.into_body(), 1024).await.unwrap();
+        let trace_id = String::from_utf8(body.to_vec()).unwrap();
+        assert_eq!(trace_id.len(), 32, "{id}: the handler runs in a trace");
+        assert_ne!(trace_id, "4bf92f3577b34da6a3ce929d0e0e4736", "{id}: not the caller's trace");
+    }
+    guard.shutdown().await.expect("flush");
+
+    let spans = receiver.wait_for("3 server spans", EXPORT_TIMEOUT, |s| s.len() >= 3).await;
+    let linked = the(&spans, "GET /orders/{id}", |s| s.attr("url.path") == Some("/orders/linked"));
+    assert_ne!(linked.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736", "a trace of its own");
+    assert_eq!(linked.parent_span_id, "", "the root of its trace");
+    assert_eq!(
+        linked.links,
+        vec![ReceivedLink {
+            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+            span_id: "00f067aa0ba902b7".into()
+        }],
+        "linked to the caller's span"
+    );
+    for id in ["malformed", "short"] {
+        let path = format!("/orders/{id}");
+        let malformed = the(&spans, "GET /orders/{id}", |s| s.attr("url.path") == Some(path.as_str()));
+        assert_eq!(malformed.parent_span_id, "", "{id}");
+        assert!(
+            malformed.links.is_empty(),
+            "{id}: a malformed traceparent is no link: {:?}",
+            malformed.links
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,6 +14,7 @@ use sagaworks_proto::order::v1::order_service_client::OrderServiceClient;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
 use sagaworks_runtime::health::Readiness;
 use sagaworks_telemetry::grpc::ClientTraceLayer;
+use sagaworks_telemetry::http::{CallerTrace, ServerTraceLayer};
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -158,8 +159,8 @@ impl Application {
     /// The whole HTTP surface, for tests that drive it without a socket.
     ///
     /// Around every route, inside out: the request's server span and RED
-    /// histogram (ours: it continues the caller's W3C context and reads the
-    /// matched route), then from tower-http: the `x-request-id` (kept from the
+    /// histogram (ours: the root of a new trace, linked to the client's W3C
+    /// context when it sends one, and named by the matched route), then from tower-http: the `x-request-id` (kept from the
     /// caller or a new UUID, echoed in the response and recorded on the span),
     /// `Authorization`/`Cookie`/`Set-Cookie` marked sensitive (never printed by
     /// a `Debug` of the headers), gzip for callers that accept it, and CORS for
@@ -169,7 +170,7 @@ impl Application {
         let cors = cors(&state.settings.cors_allowed_origins);
         api::router(state)
             .merge(Readiness::new().router())
-            .layer(sagaworks_telemetry::http::ServerTraceLayer::new("gateway"))
+            .layer(ServerTraceLayer::new("gateway", CallerTrace::Link))
             .layer(PropagateRequestIdLayer::x_request_id())
             .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
             .layer(SetSensitiveHeadersLayer::new([AUTHORIZATION, COOKIE, SET_COOKIE]))
