@@ -323,3 +323,29 @@ async fn certificates_rotate_under_load_without_a_failed_call() {
     assert_eq!(reloads(order_http, "order", "rejected").await, 0.0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_certificate_of_another_trust_domain_is_refused_with_the_reason() {
+    let stack = Stack::start().await;
+    let product = stack.product(100, 10).await;
+    let url = stack.inventory.grpc_url();
+
+    // The services' CA, order's name, but another deployment's trust domain.
+    let dir = certs::scratch_dir("trust-domain");
+    let elsewhere = certs::issue_in_domain(&dir, "order", "elsewhere");
+    let mut client =
+        InventoryServiceClient::new(connect(&elsewhere, "order", "inventory", &url).await.unwrap());
+    let denied = client.reserve_stock(reserve(&product)).await.unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    assert!(denied.message().contains("names no service of trust domain sagaworks"), "{denied:?}");
+    assert_eq!(stack.stock(&product).await, (10, 0, 0), "nothing was reserved");
+    let text = metrics(stack.inventory.http_port).await;
+    let series = r#"rpc_server_denied_total{service="inventory",method="/sagaworks.inventory.v1.InventoryService/ReserveStock",caller="unknown"}"#;
+    assert_eq!(sample(&text, series), Some(1.0), "{text}");
+
+    // The same certificate from the right trust domain gets through.
+    let own = certs::issue_in(&dir, "order");
+    let mut client = InventoryServiceClient::new(connect(&own, "order", "inventory", &url).await.unwrap());
+    client.reserve_stock(reserve(&product)).await.expect("order reserves");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -98,13 +98,22 @@ impl ServerCertVerifier for Current {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        self.0.current().server_verifier.verify_server_cert(
+        let verified = self.0.current().server_verifier.verify_server_cert(
             end_entity,
             intermediates,
             server_name,
             ocsp_response,
             now,
-        )
+        )?;
+        let expected = server_name.to_str();
+        let trust_domain = self.0.trust_domain();
+        match crate::caller_of(end_entity, trust_domain) {
+            Some(service) if service == expected => Ok(verified),
+            _ => Err(rustls::Error::General(format!(
+                "the server's certificate does not name {} (trust domain {trust_domain})",
+                crate::spiffe_id(trust_domain, &expected)
+            ))),
+        }
     }
 
     fn verify_tls12_signature(
@@ -145,8 +154,9 @@ impl Identity {
     }
 
     /// The TLS of this service's calls: the server's certificate must come from the
-    /// current CA bundle and name the server (the caller checks the name it meant,
-    /// [`crate::TlsConnector`]); this service shows its current certificate. ALPN `h2`.
+    /// current CA bundle and name the server the caller meant ([`crate::TlsConnector`]),
+    /// as a DNS SAN and as the SPIFFE ID `spiffe://<trust_domain>/<server>`; this service
+    /// shows its current certificate. ALPN `h2`.
     pub fn client_config(&self) -> ClientConfig {
         let current = Arc::new(Current(self.clone()));
         let mut config = ClientConfig::builder_with_provider(Arc::clone(self.provider()))

@@ -192,3 +192,20 @@ async fn a_new_ca_is_trusted_through_an_overlap_bundle() {
         "a CA one certificate is refused: {refused}"
     );
 }
+
+#[tokio::test]
+async fn a_client_refuses_a_server_of_another_trust_domain() {
+    let dir = scratch("trust-domain");
+    let ca = DevCa::new("CA").unwrap();
+    ca.write(&dir.0, &["order"], "sagaworks").unwrap();
+    ca.write_service(&dir.0, "payment", "elsewhere").unwrap();
+    let settings = TlsSettings { trust_domain: "elsewhere".into(), ..TlsSettings::in_dir(&dir.0, "payment") };
+    let payment = Identity::load(&settings, "payment").unwrap().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let _seen = serve(listener, &payment);
+
+    // The right CA and the DNS name payment, but spiffe://elsewhere/payment.
+    let err = connect(&load(&dir.0, "order"), port).await.unwrap_err();
+    assert!(err.to_string().contains("does not name spiffe://sagaworks/payment"), "{err}");
+}

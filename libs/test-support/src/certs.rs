@@ -96,8 +96,14 @@ pub fn scratch_dir(label: &str) -> PathBuf {
 /// issued by this process's CA each time, each file replaced by a rename (as
 /// cert-manager or a secret volume replaces it). `ca.pem` stays as it is.
 pub fn issue_in(dir: &Path, service: &str) -> TlsSettings {
-    authority(&OWN, "own").ca.write_service(dir, service, "sagaworks").expect("write a test certificate");
-    TlsSettings::in_dir(dir, service)
+    issue_in_domain(dir, service, "sagaworks")
+}
+
+/// [`issue_in`] with the identity `spiffe://<trust_domain>/<service>`: a certificate of
+/// the right CA from another deployment (`trust_domain` set to match, so it loads).
+pub fn issue_in_domain(dir: &Path, service: &str, trust_domain: &str) -> TlsSettings {
+    authority(&OWN, "own").ca.write_service(dir, service, trust_domain).expect("write a test certificate");
+    TlsSettings { trust_domain: trust_domain.into(), ..TlsSettings::in_dir(dir, service) }
 }
 
 /// The leaf certificate (DER) that the server at 127.0.0.1:`port` shows to a new TLS
