@@ -124,8 +124,9 @@ pub struct DevCertsArgs {
     /// The services to issue certificates for.
     #[arg(required = true)]
     pub services: Vec<String>,
-    /// The SPIFFE trust domain of the identities.
-    #[arg(long, default_value = "sagaworks")]
+    /// The SPIFFE trust domain of the identities: the services' `tls.trust_domain`
+    /// (APP_TLS__TRUST_DOMAIN), which they verify their peers against.
+    #[arg(long, env = "APP_TLS__TRUST_DOMAIN", default_value = "sagaworks")]
     pub trust_domain: String,
 }
 

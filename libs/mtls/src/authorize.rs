@@ -103,16 +103,26 @@ where
         {
             return Either::Right(self.inner.call(request));
         }
-        let caller = caller.unwrap_or_else(|| "unknown".into());
         let method = if policy.knows(path) { path.to_owned() } else { "_OTHER".to_owned() };
-        tracing::warn!(service = policy.service(), %caller, method = path, "gRPC call refused by the allow-list");
+        let message = match &caller {
+            Some(caller) => {
+                format!(
+                    "{caller} may not call {path} of {} (services.toml, [service.rpcs])",
+                    policy.service()
+                )
+            }
+            None => format!(
+                "the client certificate names no service of trust domain {0} (a URI SAN spiffe://{0}/<service>): it may not call {path} of {1}",
+                self.layer.trust_domain,
+                policy.service()
+            ),
+        };
+        let caller = caller.unwrap_or_else(|| "unknown".into());
+        tracing::warn!(service = policy.service(), %caller, method = path, reason = %message, "gRPC call refused");
         metrics::counter!(DENIED_METRIC, "service" => policy.service().to_owned(), "method" => method,
-            "caller" => caller.clone())
+            "caller" => caller)
         .increment(1);
-        let status = tonic::Status::permission_denied(format!(
-            "{caller} may not call {path} of {} (services.toml, [service.rpcs])",
-            policy.service()
-        ));
+        let status = tonic::Status::permission_denied(message);
         Either::Left(std::future::ready(Ok(status.into_http())))
     }
 }

@@ -1,7 +1,12 @@
-//! A service's TLS identity: its certificate and key and the CA it trusts.
+//! A service's TLS identity: its certificate and key and the CA it trusts, read again
+//! from their files whenever they change.
 
+use crate::material::{Files, Material};
 use crate::{TlsError, TlsSettings};
-use tonic::transport::{Certificate, ClientTlsConfig, ServerTlsConfig};
+use rustls::crypto::CryptoProvider;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tonic::transport::{Certificate, ClientTlsConfig};
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
@@ -29,33 +34,48 @@ pub fn caller_of(der: &[u8], trust_domain: &str) -> Option<String> {
     })
 }
 
-/// A service's certificate, key and CA, loaded from [`TlsSettings`].
+/// Counter of the attempts to load changed certificate files, labelled `service` and
+/// `outcome`: `loaded` (new handshakes use them) or `rejected` (unreadable, unparseable
+/// or not this service's: the previous ones stay in use, and an error is logged).
+pub const RELOADS_METRIC: &str = "tls_certificate_reloads_total";
+
+/// Gauge of the `notAfter` of the certificate in use, seconds since the epoch, labelled
+/// `service`: an alert can fire before a certificate that is not being renewed expires.
+pub const EXPIRY_METRIC: &str = "tls_certificate_expiry_timestamp_seconds";
+
+/// A service's certificate, key and CA bundle, loaded from [`TlsSettings`]. Clones share
+/// them: [`Identity::reload`] (run every `reload_interval_ms` by [`Identity::watch`])
+/// replaces them for every clone, and each TLS handshake uses what is current when it
+/// starts. Connections already made keep theirs.
 #[derive(Clone)]
 pub struct Identity {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     service: String,
-    trust_domain: String,
-    ca: Vec<u8>,
-    cert: Vec<u8>,
-    key: Vec<u8>,
+    settings: TlsSettings,
+    provider: Arc<CryptoProvider>,
+    current: RwLock<Arc<Material>>,
+    /// The files as last read, loaded or not: a rejected version is reported once, not
+    /// on every poll.
+    seen: Mutex<Files>,
 }
 
 impl std::fmt::Debug for Identity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Identity")
-            .field("service", &self.service)
-            .field("trust_domain", &self.trust_domain)
+            .field("service", &self.shared.service)
+            .field("trust_domain", &self.shared.settings.trust_domain)
             .finish_non_exhaustive()
     }
 }
 
-fn read(path: &str) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read { path: path.to_owned(), source })
-}
-
 impl Identity {
     /// Loads the files of `settings` for `service`; `None` when TLS is off. Fails when
-    /// only some files are named, one cannot be read, or the certificate does not name
-    /// `service` (a certificate mounted for the wrong service).
+    /// only some files are named, one cannot be read or parsed, the key is not the
+    /// certificate's, or the certificate does not name `service` in the trust domain (a
+    /// certificate mounted for the wrong service).
     pub fn load(settings: &TlsSettings, service: &str) -> Result<Option<Self>, TlsError> {
         if !settings.enabled() {
             return Ok(None);
@@ -69,57 +89,106 @@ impl Identity {
                 return Err(TlsError::Partial(key));
             }
         }
-        let cert = read(&settings.cert_file)?;
-        let leaf = x509_parser::pem::Pem::iter_from_buffer(&cert)
-            .next()
-            .and_then(Result::ok)
-            .ok_or_else(|| TlsError::NoCertificate { path: settings.cert_file.clone() })?;
-        let named =
-            caller_of(&leaf.contents, &settings.trust_domain).ok_or_else(|| TlsError::NoIdentity {
-                path: settings.cert_file.clone(),
-                trust_domain: settings.trust_domain.clone(),
-            })?;
-        if named != service {
-            return Err(TlsError::WrongIdentity {
-                path: settings.cert_file.clone(),
-                found: named,
-                expected: service.to_owned(),
-            });
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let files = Files::read(settings)?;
+        let material = Material::parse(files.clone(), settings, service, &provider)?;
+        for outcome in ["loaded", "rejected"] {
+            metrics::counter!(RELOADS_METRIC, "service" => service.to_owned(), "outcome" => outcome)
+                .absolute(0);
         }
+        metrics::gauge!(EXPIRY_METRIC, "service" => service.to_owned()).set(material.not_after as f64);
         Ok(Some(Self {
-            service: service.to_owned(),
-            trust_domain: settings.trust_domain.clone(),
-            ca: read(&settings.ca_file)?,
-            cert,
-            key: read(&settings.key_file)?,
+            shared: Arc::new(Shared {
+                service: service.to_owned(),
+                settings: settings.clone(),
+                provider,
+                current: RwLock::new(Arc::new(material)),
+                seen: Mutex::new(files),
+            }),
         }))
     }
 
     pub fn service(&self) -> &str {
-        &self.service
+        &self.shared.service
     }
 
     pub fn trust_domain(&self) -> &str {
-        &self.trust_domain
+        &self.shared.settings.trust_domain
     }
 
-    fn own(&self) -> tonic::transport::Identity {
-        tonic::transport::Identity::from_pem(&self.cert, &self.key)
+    pub(crate) fn provider(&self) -> &Arc<CryptoProvider> {
+        &self.shared.provider
     }
 
-    /// The gRPC server's TLS: this service's certificate, and a client certificate
-    /// signed by the CA required of every caller.
-    pub fn server_tls(&self) -> ServerTlsConfig {
-        ServerTlsConfig::new().identity(self.own()).client_ca_root(Certificate::from_pem(&self.ca))
+    /// What handshakes use now.
+    pub(crate) fn current(&self) -> Arc<Material> {
+        Arc::clone(&self.shared.current.read().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// TLS of the calls to `downstream`: the server must show a certificate from the CA
-    /// for the DNS name `downstream` (whatever address the URL has), and this service
-    /// shows its own.
+    /// The serial number (hex) of the certificate in use.
+    pub fn serial(&self) -> String {
+        self.current().serial.clone()
+    }
+
+    /// Reads the files again. When any of them changed since they were last read, parses
+    /// them as [`Identity::load`] does: on success they are what the next handshake uses
+    /// (`Ok(true)`); otherwise the error is logged and counted, and the material in use
+    /// stays (`Err`). Unchanged files: `Ok(false)`.
+    pub fn reload(&self) -> Result<bool, TlsError> {
+        let shared = &self.shared;
+        let service = shared.service.clone();
+        let result = Files::read(&shared.settings).and_then(|files| {
+            let mut seen = shared.seen.lock().unwrap_or_else(|p| p.into_inner());
+            if *seen == files {
+                return Ok(None);
+            }
+            *seen = files.clone();
+            Material::parse(files, &shared.settings, &service, &shared.provider).map(Some)
+        });
+        match result {
+            Ok(None) => Ok(false),
+            Ok(Some(material)) => {
+                tracing::info!(%service, serial = %material.serial, "tls: certificate files changed; new connections use them");
+                metrics::gauge!(EXPIRY_METRIC, "service" => service.clone()).set(material.not_after as f64);
+                metrics::counter!(RELOADS_METRIC, "service" => service, "outcome" => "loaded").increment(1);
+                *shared.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(material);
+                Ok(true)
+            }
+            Err(e) => {
+                tracing::error!(%service, error = %e, "tls: the changed certificate files are not usable; the previous ones stay in use");
+                metrics::counter!(RELOADS_METRIC, "service" => service, "outcome" => "rejected").increment(1);
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs [`Identity::reload`] every `reload_interval_ms` (on a blocking thread: it
+    /// reads files), forever; never returns when the interval is 0 (no reloading).
+    pub async fn watch(self) {
+        let interval = self.shared.settings.reload_interval_ms;
+        if interval == 0 {
+            return std::future::pending().await;
+        }
+        let mut tick = tokio::time::interval(Duration::from_millis(interval));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let identity = self.clone();
+            // The outcome is logged and counted by `reload`.
+            let _ = tokio::task::spawn_blocking(move || identity.reload()).await;
+        }
+    }
+
+    /// A TLS configuration of tonic's for a one-off client of `downstream` (a test, a
+    /// tool), from the files as they are now: the server must show a certificate from
+    /// the CA for the DNS name `downstream`, and this service shows its own. The
+    /// services' own clients use [`Identity::connector`], which follows reloads.
     pub fn client_tls(&self, downstream: &str) -> ClientTlsConfig {
+        let current = self.current();
         ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(&self.ca))
-            .identity(self.own())
+            .ca_certificate(Certificate::from_pem(&current.files.ca))
+            .identity(tonic::transport::Identity::from_pem(&current.files.cert, &current.files.key))
             .domain_name(downstream)
     }
 }

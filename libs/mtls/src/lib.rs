@@ -12,7 +12,12 @@
 //!   only `environment = "development"` accepts.
 //! * [`Identity`]: those files loaded; the server side requires a client certificate
 //!   signed by the CA, the client side checks that the server's certificate names the
-//!   service it meant to call (its DNS name) and shows its own.
+//!   service it meant to call (its DNS name) and shows its own. [`Identity::watch`]
+//!   reads the files again every `reload_interval_ms`: changed files that parse are
+//!   what the next handshake uses (connections already made keep theirs); files that
+//!   do not are logged and the previous ones stay.
+//! * [`incoming`] and [`TlsConnector`]: the gRPC server's and clients' TLS connections,
+//!   made with the identity's material of the moment.
 //! * A service's identity is the URI SAN of its certificate, `spiffe://<trust
 //!   domain>/<service>` ([`spiffe_id`]), read by [`caller_of`].
 //! * [`Policy`]: the allow-list, from `services.toml` compiled into the binary: each
@@ -27,14 +32,20 @@
 mod authorize;
 #[cfg(feature = "dev-ca")]
 pub mod dev_ca;
+mod handshake;
 mod identity;
+mod material;
 mod policy;
+#[cfg(all(test, feature = "dev-ca"))]
+mod reload_tests;
 mod settings;
+mod transport;
 
 pub use authorize::{Authorize, AuthorizeLayer, DENIED_METRIC};
-pub use identity::{Identity, caller_of, spiffe_id};
+pub use identity::{EXPIRY_METRIC, Identity, RELOADS_METRIC, caller_of, spiffe_id};
 pub use policy::{Policy, PolicyError, topic_sources};
 pub use settings::TlsSettings;
+pub use transport::{HANDSHAKE_TIMEOUT, TlsConnector, incoming};
 
 /// Why TLS could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +56,10 @@ pub enum TlsError {
     Read { path: String, source: std::io::Error },
     #[error("tls: {path} holds no PEM certificate")]
     NoCertificate { path: String },
+    #[error("tls: {path}: {reason}")]
+    Parse { path: String, reason: String },
+    #[error("tls: {0:?} is not a DNS name to verify a server's certificate against")]
+    ServerName(String),
     #[error(
         "tls: the certificate in {path} does not name a service of trust domain {trust_domain} (a URI SAN spiffe://{trust_domain}/<service>)"
     )]

@@ -17,6 +17,10 @@ pub struct TlsSettings {
     pub key_file: String,
     /// The SPIFFE trust domain of the identities (`spiffe://<trust_domain>/<service>`).
     pub trust_domain: String,
+    /// How often the three files are read again, in milliseconds: when one changed (a
+    /// renewed certificate, a CA bundle with a new CA), new connections use them. 0:
+    /// read at start-up only.
+    pub reload_interval_ms: u64,
 }
 
 impl Default for TlsSettings {
@@ -26,6 +30,7 @@ impl Default for TlsSettings {
             cert_file: String::new(),
             key_file: String::new(),
             trust_domain: "sagaworks".into(),
+            reload_interval_ms: 30_000,
         }
     }
 }

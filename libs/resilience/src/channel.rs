@@ -87,7 +87,8 @@ impl tower::Service<Request<Body>> for ResilientChannel {
 ///
 /// With `tls` (this service's identity), every connection is mutual TLS: the URLs must be
 /// `https://`, the server must show a certificate of the CA for the DNS name `name`, and
-/// this service shows its own. Without, the URLs must be `http://` (development only).
+/// this service shows its own; each new connection uses the identity's certificate and
+/// CA bundle of the moment ([`sagaworks_mtls::TlsConnector`]). Without, the URLs must be `http://` (development only).
 ///
 /// With several URLs (replicas of the downstream), each attempt picks a replica:
 /// power of two choices, leaving out those that could not be connected to lately
@@ -111,25 +112,32 @@ pub fn channel(
                     if tls.is_some() { "on" } else { "off" }
                 )));
             }
-            let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
+            // With TLS, the connector makes it (tonic takes an http:// URI with a connector).
+            let transport_url =
+                if tls.is_some() { url.replacen("https://", "http://", 1) } else { url.to_owned() };
+            let endpoint = tonic::transport::Endpoint::from_shared(transport_url)
                 .map_err(|e| invalid(e.to_string()))?
                 // No `Endpoint::timeout`: the stack's timeout layer bounds every attempt.
                 .connect_timeout(Duration::from_millis(settings.connect_timeout_ms));
-            match tls {
+            let channel = match tls {
                 Some(identity) => {
-                    endpoint.tls_config(identity.client_tls(name)).map_err(|e| invalid(e.to_string()))
+                    let connector = identity.connector(name).map_err(|e| invalid(e.to_string()))?;
+                    endpoint.connect_with_connector_lazy(connector)
                 }
-                None => Ok(endpoint),
-            }
+                None => endpoint.connect_lazy(),
+            };
+            // The replica's label, as tonic spells the URI.
+            let label = url.parse::<http::Uri>().map_or_else(|_| url.to_owned(), |uri| uri.to_string());
+            Ok((label, channel))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    match endpoints.as_slice() {
-        [] => Err(ResilienceError::InvalidUrl { url: settings.url.clone(), reason: "no URL".into() }),
-        [endpoint] => Ok(stack(name, settings, endpoint.connect_lazy())),
-        _ => {
-            let replicas = endpoints.iter().map(|e| (e.uri().to_string(), e.connect_lazy())).collect();
-            Ok(stack(name, settings, Replicas::new(name, replicas)))
+    match endpoints.len() {
+        0 => Err(ResilienceError::InvalidUrl { url: settings.url.clone(), reason: "no URL".into() }),
+        1 => {
+            let (_, channel) = endpoints.into_iter().next().expect("one endpoint");
+            Ok(stack(name, settings, channel))
         }
+        _ => Ok(stack(name, settings, Replicas::new(name, endpoints))),
     }
 }
 

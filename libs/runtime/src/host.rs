@@ -265,7 +265,8 @@ impl ServiceHost {
 
     /// Serves `routes` on the gRPC port and health/metrics (with the database
     /// check added to `readiness`) on the HTTP port, and runs `tasks`, until
-    /// `shutdown` is cancelled or one of them fails.
+    /// `shutdown` is cancelled or one of them fails. Meanwhile the TLS files are read
+    /// again every `tls.reload_interval_ms` ([`Identity::watch`]).
     pub async fn run(
         self,
         routes: tonic::service::Routes,
@@ -284,6 +285,8 @@ impl ServiceHost {
         };
         #[cfg(not(feature = "test-hooks"))]
         let router = readiness.router();
+        // The certificate files are read again while the service runs.
+        let _watch = self.identity.clone().map(|identity| AbortOnDrop(tokio::spawn(identity.watch())));
         // Whatever ends first (error or not), everything else is told to stop.
         let stop_all = shutdown.clone();
         let guard = stop_all.clone().drop_guard();
@@ -310,6 +313,15 @@ impl ServiceHost {
         }
         drop(guard);
         result
+    }
+}
+
+/// Ends a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -26,8 +26,10 @@ pub async fn http(
 /// counted in `rpc_server_duration_seconds{service = name}`.
 ///
 /// With `tls`, the port speaks mutual TLS only (a caller without a certificate of the
-/// CA does not get past the handshake), and every call is checked against `policy`
-/// (the caller's identity may call that method) before it reaches `routes`.
+/// CA does not get past the handshake; [`sagaworks_mtls::incoming`]), and every call is
+/// checked against `policy` (the caller's identity may call that method) before it
+/// reaches `routes`. Each handshake uses the identity's certificate and CA bundle of the
+/// moment ([`Identity::watch`] reloads them).
 pub async fn grpc(
     name: &'static str,
     listener: TcpListener,
@@ -35,18 +37,21 @@ pub async fn grpc(
     tls: Option<(&Identity, Policy)>,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
-    let mut server = tonic::transport::Server::builder();
-    let mut authorize = None;
-    if let Some((identity, policy)) = tls {
-        server = server.tls_config(identity.server_tls())?;
-        authorize = Some(AuthorizeLayer::new(policy, identity.trust_domain()));
-    }
-    server
+    let authorize =
+        tls.as_ref().map(|(identity, policy)| AuthorizeLayer::new(policy.clone(), identity.trust_domain()));
+    let router = tonic::transport::Server::builder()
         .layer(sagaworks_telemetry::grpc::ServerTraceLayer::new(name))
         .layer(tower::util::option_layer(authorize))
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(grpc_incoming(listener), shutdown.cancelled_owned())
-        .await
+        .add_routes(routes);
+    match tls {
+        Some((identity, _)) => {
+            let incoming = sagaworks_mtls::incoming(listener, identity);
+            router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()).await
+        }
+        None => {
+            router.serve_with_incoming_shutdown(grpc_incoming(listener), shutdown.cancelled_owned()).await
+        }
+    }
 }
 
 /// The gRPC server's connections: `TCP_NODELAY` set on each.

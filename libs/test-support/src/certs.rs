@@ -4,12 +4,15 @@
 //!
 //! [`tls`] is what a service under test gets in its `[tls]` settings. [`foreign_tls`]
 //! is a certificate of another CA with the same name, for tests that a service trusts
-//! only its own CA.
+//! only its own CA. [`scratch_dir`] and [`issue_in`] give a test files of its own to
+//! replace while services run (certificate rotation); [`server_leaf`] is the certificate
+//! a server shows to a new connection.
 
 use sagaworks_mtls::TlsSettings;
-use sagaworks_mtls::dev_ca::DevCa;
+pub use sagaworks_mtls::dev_ca::DevCa;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
+use tower::Service;
 
 struct Authority {
     ca: DevCa,
@@ -76,4 +79,53 @@ pub fn foreign_tls(service: &str) -> TlsSettings {
 /// This process's CA certificate file (what a test client trusts).
 pub fn ca_file() -> String {
     authority(&OWN, "own").dir.join("ca.pem").display().to_string()
+}
+
+/// A new directory of the calling test's own holding a copy of this process's CA
+/// certificate as `ca.pem`, for [`issue_in`]; removed with the process's others.
+pub fn scratch_dir(label: &str) -> PathBuf {
+    let own = authority(&OWN, "own");
+    let dir =
+        own.dir.with_file_name(format!("{}-{label}-{}", std::process::id(), uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("a directory for the test's certificates");
+    std::fs::copy(own.dir.join("ca.pem"), dir.join("ca.pem")).expect("copy the test CA");
+    dir
+}
+
+/// `[tls]` of `service` with its files in `dir` ([`scratch_dir`]), a new certificate
+/// issued by this process's CA each time, each file replaced by a rename (as
+/// cert-manager or a secret volume replaces it). `ca.pem` stays as it is.
+pub fn issue_in(dir: &Path, service: &str) -> TlsSettings {
+    issue_in_domain(dir, service, "sagaworks")
+}
+
+/// [`issue_in`] with the identity `spiffe://<trust_domain>/<service>`: a certificate of
+/// the right CA from another deployment (`trust_domain` set to match, so it loads).
+pub fn issue_in_domain(dir: &Path, service: &str, trust_domain: &str) -> TlsSettings {
+    authority(&OWN, "own").ca.write_service(dir, service, trust_domain).expect("write a test certificate");
+    TlsSettings { trust_domain: trust_domain.into(), ..TlsSettings::in_dir(dir, service) }
+}
+
+/// The leaf certificate (DER) that the server at 127.0.0.1:`port` shows to a new TLS
+/// connection made as `tls`'s identity `caller` to `downstream`.
+pub async fn server_leaf(tls: &TlsSettings, caller: &str, downstream: &str, port: u16) -> Vec<u8> {
+    let identity = sagaworks_mtls::Identity::load(tls, caller)
+        .expect("the client certificate loads")
+        .expect("TLS is configured");
+    let uri: http::Uri = format!("http://127.0.0.1:{port}").parse().expect("a URI");
+    let io = identity
+        .connector(downstream)
+        .expect("a connector")
+        .call(uri)
+        .await
+        .unwrap_or_else(|e| panic!("{caller} connects to {downstream} on port {port}: {e}"));
+    let (_, session) = io.inner().get_ref();
+    session.peer_certificates().expect("the server's certificates")[0].to_vec()
+}
+
+/// The leaf certificate (DER) in the PEM file `path`.
+pub fn leaf_in(path: &str) -> Vec<u8> {
+    let pem = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let leaf = x509_parser::pem::Pem::iter_from_buffer(&pem).next().and_then(Result::ok);
+    leaf.unwrap_or_else(|| panic!("{path}: no PEM certificate")).contents
 }

@@ -52,6 +52,8 @@ pub struct Application {
     server: ServerSettings,
     /// Exempt from the per-peer connection cap (`rate_limit.trusted_proxies`).
     proxies: Vec<String>,
+    /// The TLS identity of the calls to the services, read again while the gateway runs.
+    identity: Option<sagaworks_mtls::Identity>,
 }
 
 /// The CORS layer for `origins` (none when empty); entries that are not header
@@ -149,6 +151,7 @@ impl Application {
             state,
             server: settings.server.clone(),
             proxies: settings.rate_limit.trusted_proxies.clone(),
+            identity,
         })
     }
 
@@ -183,8 +186,11 @@ impl Application {
         let server = self.server.clone();
         let proxies = TrustedProxies::parse(&self.proxies)?;
         let router = crate::server::with_request_timeout(Self::router(self.state), &server);
-        crate::server::serve(self.listener, router, &server, proxies, shutdown)
-            .await
-            .map_err(StartupError::Serve)
+        let watch = self.identity.map(|identity| tokio::spawn(identity.watch()));
+        let served = crate::server::serve(self.listener, router, &server, proxies, shutdown).await;
+        if let Some(watch) = watch {
+            watch.abort();
+        }
+        served.map_err(StartupError::Serve)
     }
 }
