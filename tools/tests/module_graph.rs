@@ -185,7 +185,7 @@ fn use_names(statement: &str) -> Vec<(String, Vec<String>)> {
     // `a::{B as C, d}`: rewrite `X as Y` so the tree parser sees one path per name.
     let mut out = Vec::new();
     let renamed: Vec<(String, String)> = statement
-        .split(|c| c == ',' || c == '{' || c == '}')
+        .split([',', '{', '}'])
         .filter_map(|part| part.split_once(" as ").map(|(path, name)| (ident_last(path), ident(name))))
         .collect();
     for path in use_tree(&statement.replace(" as ", " ")) {

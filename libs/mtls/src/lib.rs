@@ -39,12 +39,14 @@ mod policy;
 #[cfg(all(test, feature = "dev-ca"))]
 mod reload_tests;
 mod settings;
+mod spiffe;
 mod transport;
 
 pub use authorize::{Authorize, AuthorizeLayer, DENIED_METRIC};
-pub use identity::{EXPIRY_METRIC, Identity, RELOADS_METRIC, caller_of, spiffe_id};
+pub use identity::{EXPIRY_METRIC, Identity, RELOADS_METRIC};
 pub use policy::{Policy, PolicyError, topic_sources};
 pub use settings::TlsSettings;
+pub use spiffe::{caller_of, spiffe_id};
 pub use transport::{HANDSHAKE_TIMEOUT, TlsConnector, incoming};
 
 /// Why TLS could not be set up.
