@@ -9,7 +9,7 @@
 use crate::inventory::*;
 use crate::order::{self, *};
 use crate::payment::*;
-use sagaworks_outbox::Event;
+use sagaworks_event::Event;
 use schemars::JsonSchema;
 use serde_json::Value;
 use std::collections::BTreeMap;

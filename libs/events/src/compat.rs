@@ -11,7 +11,7 @@
 //! * an enumeration keeps every value it had.
 //!
 //! Removing an optional field is allowed (readers default it). Anything else
-//! is a new version: see [`sagaworks_outbox::Event`].
+//! is a new version: see [`sagaworks_event::Event`].
 
 use serde_json::Value;
 use std::collections::BTreeSet;

@@ -2,7 +2,7 @@
 //! shared by the service that publishes it and every service that reads it.
 //!
 //! * [`order`], [`inventory`], [`payment`] — the payloads, each an
-//!   [`Event`](sagaworks_outbox::Event): CloudEvents `type`, aggregate (the
+//!   [`Event`](sagaworks_event::Event): CloudEvents `type`, aggregate (the
 //!   topic), key and schema version. Producers write them with
 //!   `outbox.append(conn, &OrderCancelled { .. })` (or `outbox.stage(..)` for
 //!   a business statement that inserts its event itself); consumers read them
@@ -18,7 +18,7 @@
 //! The schemas and the AsyncAPI document are committed under
 //! `proto/events/`; the `contracts` test regenerates them and fails on any
 //! difference, and on any incompatible change (see docs/design.md, "Changing
-//! an event"). Versioning rules: [`sagaworks_outbox::Event`].
+//! an event"). Versioning rules: [`sagaworks_event::Event`].
 
 pub mod asyncapi;
 pub mod catalog;
@@ -35,7 +35,7 @@ pub use payment::{AccountCredited, AccountOpened, PaymentCharged, PaymentRefunde
 
 #[doc(hidden)]
 pub mod __private {
-    pub use sagaworks_outbox::{DecodeError, Event, ReceivedEvent};
+    pub use sagaworks_event::{DecodeError, Envelope, Event};
 }
 
 /// `impl Event` for a payload type that has a single version (or is an old
@@ -43,7 +43,7 @@ pub mod __private {
 /// The CloudEvents type is the type's name.
 macro_rules! event {
     ($ty:ident, $aggregate:literal, $version:literal, $key:ident) => {
-        impl sagaworks_outbox::Event for $ty {
+        impl sagaworks_event::Event for $ty {
             const TYPE: &'static str = stringify!($ty);
             const AGGREGATE: &'static str = $aggregate;
             const VERSION: i32 = $version;
@@ -103,11 +103,11 @@ macro_rules! dispatch {
             /// `event` as the variant of its type; `None` for a type this
             /// enum does not read.
             pub fn decode(
-                event: &$crate::__private::ReceivedEvent,
+                event: &impl $crate::__private::Envelope,
             ) -> Result<Option<Self>, $crate::__private::DecodeError> {
                 $(
-                    if event.is::<$ty>() {
-                        return event.decode::<$ty>().map(|e| Some(Self::$ty(e)));
+                    if $crate::__private::Envelope::is::<$ty>(event) {
+                        return $crate::__private::Envelope::decode::<$ty>(event).map(|e| Some(Self::$ty(e)));
                     }
                 )+
                 Ok(None)

@@ -1,7 +1,7 @@
 //! Events of the order service: aggregate `order`, key = order id.
 
 use crate::event;
-use sagaworks_outbox::{DecodeError, Event, decode_payload};
+use sagaworks_event::{DecodeError, Event, decode_payload};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;

@@ -108,10 +108,10 @@ pub use consumer::{
 pub use crash::{ConsumerCrashPoint, RelayCrashPoint};
 pub use dead_letter::{DeadLetterError, DeadLetterSettings, DeadLetters, DlqReason, Refusal};
 pub use error::OutboxError;
-pub use event::{DecodeError, Event, decode_payload};
 pub use health::BrokerCheck;
 pub use metrics::OutboxGauges;
 pub use relay::{Relay, RelaySettings};
+pub use sagaworks_event::{DecodeError, Envelope, Event, decode_payload};
 pub use wake::{NOTIFY_CHANNEL, WAKE_LOCK};
 pub use writer::{
     Bind, MAX_PAYLOAD_BYTES, NewEvent, OutboxWriter, PENDING_EVENT_PARAMS, PendingEvent, PendingEvents,

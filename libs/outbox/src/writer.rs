@@ -1,8 +1,8 @@
 //! Writing events into the outbox, inside the business transaction.
 
 pub use crate::error::OutboxError;
-use crate::event::Event;
 use crate::wake::NOTIFY_IF_PARKED;
+use sagaworks_event::Event;
 use sqlx::postgres::PgArguments;
 use sqlx::query::{Query, QueryAs, QueryScalar};
 use sqlx::{PgConnection, Postgres};
