@@ -20,7 +20,8 @@
 //!   made with the identity's material of the moment.
 //! * A service's identity is the URI SAN of its certificate, `spiffe://<trust
 //!   domain>/<service>` ([`spiffe_id`]), read by [`caller_of`].
-//! * [`Policy`]: the allow-list, from `services.toml` compiled into the binary: each
+//! * [`Policy`]: the allow-list, parsed from the `services.toml` the service compiles in
+//!   and hands over (this library reads no deployment file): each
 //!   service's `[service.rpcs]` names the methods it calls on each callee, so the
 //!   callee admits exactly those. Everything else is refused.
 //! * [`topic_sources`]: from the same file, each topic's publisher, whose `ce_source`

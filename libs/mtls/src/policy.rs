@@ -10,15 +10,14 @@
 //! payment = ["PaymentService/Charge", "PaymentService/Refund"]
 //! ```
 //!
-//! The file is compiled into every binary ([`Policy::for_service`]), so a deployment
-//! cannot loosen it by configuration; changing who may call what is a reviewed change
-//! of that file. A method no caller declares is refused to everyone.
+//! Each service binary compiles the file in and hands it over
+//! (`sagaworks_runtime::services_toml!`, [`Policy::parse`]): this library reads no
+//! deployment file itself, and a deployment cannot loosen the policy by configuration;
+//! changing who may call what is a reviewed change of that file. A method no caller
+//! declares is refused to everyone.
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
-
-/// `services.toml`, as compiled into this binary.
-pub const SERVICES_TOML: &str = include_str!("../../../services.toml");
 
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
@@ -49,15 +48,16 @@ struct Entry {
     rpcs: BTreeMap<String, Vec<String>>,
 }
 
-/// Per topic (aggregate type) of the compiled-in services.toml, the `ce_source` of its
-/// publisher, `/sagaworks/<service>`: what a consumer accepts on it
+/// Per topic (aggregate type) of `services_toml`, the `ce_source` of its publisher,
+/// `/sagaworks/<service>`: what a consumer accepts on it
 /// (`sagaworks_outbox::ConsumerSettings::sources`).
-pub fn topic_sources() -> BTreeMap<String, String> {
-    let file: File = toml::from_str(SERVICES_TOML).expect("services.toml is checked by Policy::for_service");
-    file.service
+pub fn topic_sources(services_toml: &str) -> Result<BTreeMap<String, String>, PolicyError> {
+    let file: File = toml::from_str(services_toml)?;
+    Ok(file
+        .service
         .iter()
         .flat_map(|s| s.topics.iter().map(move |t| (t.clone(), format!("/sagaworks/{}", s.name))))
-        .collect()
+        .collect())
 }
 
 /// Who may call which method of one service.
@@ -85,11 +85,6 @@ fn split_path(path: &str) -> Option<(&str, &str)> {
 }
 
 impl Policy {
-    /// The policy of `service` in the services.toml compiled into this binary.
-    pub fn for_service(service: &str) -> Result<Self, PolicyError> {
-        Self::parse(SERVICES_TOML, service)
-    }
-
     /// The policy of `service` in `services_toml` (checking every entry's rpcs, not only
     /// those naming `service`).
     pub fn parse(services_toml: &str, service: &str) -> Result<Self, PolicyError> {
@@ -213,15 +208,17 @@ payment = ["PaymentService/GetAccount", "DeadLetterService/*"]
     }
 
     #[test]
-    fn the_compiled_in_services_toml_is_well_formed() {
+    fn the_repositorys_services_toml_is_well_formed() {
+        let file =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../services.toml")).unwrap();
         for service in ["order", "inventory", "payment", "gateway"] {
-            Policy::for_service(service).unwrap();
+            Policy::parse(&file, service).unwrap();
         }
-        let sources = topic_sources();
+        let sources = topic_sources(&file).unwrap();
         assert_eq!(sources["order"], "/sagaworks/order");
         assert_eq!(sources["reservation"], "/sagaworks/inventory");
         assert_eq!(sources["payment"], "/sagaworks/payment");
-        let payment = Policy::for_service("payment").unwrap();
+        let payment = Policy::parse(&file, "payment").unwrap();
         assert_eq!(payment.callers(), ["gateway", "order"]);
         assert!(payment.allows("order", "/sagaworks.payment.v1.PaymentService/Charge"));
         assert!(!payment.allows("gateway", "/sagaworks.payment.v1.PaymentService/Refund"));

@@ -97,6 +97,9 @@ pub struct HostSettings<'a> {
     pub kafka: &'a KafkaSettings,
     /// The service's test hooks that are on ([`TestHooks`]).
     pub test_hooks: Vec<TestHook>,
+    /// services.toml as compiled into the service ([`services_toml!`](crate::services_toml)):
+    /// its allow-list.
+    pub services_toml: &'static str,
 }
 
 impl HostSettings<'_> {
@@ -165,9 +168,20 @@ macro_rules! host_settings {
                     fault: &self.fault,
                     kafka: &self.kafka,
                     test_hooks,
+                    services_toml: $crate::services_toml!(),
                 }
             }
         }
+    };
+}
+
+/// services.toml, compiled into the crate that expands it: a service at
+/// `services/<name>/` of the repository. The libraries read no deployment file; the
+/// service hands this to them (its allow-list, its consumers' accepted sources).
+#[macro_export]
+macro_rules! services_toml {
+    () => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../services.toml"))
     };
 }
 
@@ -203,7 +217,7 @@ impl ServiceHost {
         mut migrators: Vec<Migrator>,
     ) -> Result<Self, HostError> {
         settings.check()?;
-        let HostSettings { database, grpc, http, tls, fault, .. } = settings;
+        let HostSettings { database, grpc, http, tls, fault, services_toml, .. } = settings;
         // Before anything records a metric, so nothing recorded is lost.
         crate::metrics::handle();
         let identity = Identity::load(tls, name)?;
@@ -211,7 +225,7 @@ impl ServiceHost {
             tracing::warn!("tls is off: the gRPC port is plaintext and admits any caller (development only)");
         }
         // Checked before anything else starts: a broken allow-list is a build error, in effect.
-        let policy = Policy::for_service(name)?;
+        let policy = Policy::parse(services_toml, name)?;
         if database.migrate {
             db::migrate_as_owner(database, &mut migrators).await?;
         }
@@ -346,6 +360,7 @@ mod tests {
             fault: &fault,
             kafka: &kafka,
             test_hooks: hook.into_iter().collect(),
+            services_toml: "",
         }
         .check()
         .map_err(|e| e.to_string())

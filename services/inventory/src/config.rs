@@ -54,7 +54,8 @@ impl Default for Settings {
                 batch_size: 64,
                 batch_wait_ms: 50,
                 // Only each topic's publisher (services.toml) is believed.
-                sources: sagaworks_mtls::topic_sources(),
+                sources: sagaworks_mtls::topic_sources(sagaworks_runtime::services_toml!())
+                    .expect("services.toml parses (its allow-list is checked at start-up)"),
                 // And only the event types the catalog puts on each topic.
                 types: sagaworks_events::catalog::topic_types(),
                 ..Default::default()

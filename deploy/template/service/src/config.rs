@@ -55,7 +55,8 @@ impl Default for Settings {
                 group_id: "{{name}}".into(),
                 topics: vec!["order".into()],
                 // Only each topic's publisher (services.toml) is believed.
-                sources: sagaworks_mtls::topic_sources(),
+                sources: sagaworks_mtls::topic_sources(sagaworks_runtime::services_toml!())
+                    .expect("services.toml parses (its allow-list is checked at start-up)"),
                 // And only the event types the catalog puts on each topic.
                 types: sagaworks_events::catalog::topic_types(),
                 ..Default::default()
