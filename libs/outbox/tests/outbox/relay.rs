@@ -1,8 +1,6 @@
 //! The relay against real PostgreSQL and Apache Kafka.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rdkafka::message::Message;
 use sagaworks_outbox::WAKE_LOCK;
 use sagaworks_outbox::kafka::topic_name;

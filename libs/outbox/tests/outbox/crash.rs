@@ -15,9 +15,7 @@
 //! `crash_child` (ignored in normal runs) as the only test, told what to run
 //! by `SW_CRASH_*` variables.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use sagaworks_config::KafkaSettings;
 use sagaworks_outbox::kafka::topic_name;
 use sagaworks_outbox::{
@@ -73,7 +71,7 @@ fn crash_child() {
 /// asserts it aborted (SIGABRT), not exited.
 async fn run_child_until_it_aborts(env: &Env, role: &str, group: &str) {
     let status = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["crash_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .args(["crash::crash_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env("SW_CRASH_CHILD", role)
         .env("SW_CRASH_DB_URL", &env.db.url)
         .env("SW_CRASH_KAFKA", serde_json::to_string(&env.kafka).unwrap())

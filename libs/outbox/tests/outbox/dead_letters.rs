@@ -3,9 +3,7 @@
 //! account until the cause is fixed; its messages are listed, replayed in
 //! order or discarded, and every action is recorded.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use sagaworks_outbox::dead_letter::{
     DeadLetter, DeadLetterError, ListFilter, MessageId, Operator, Selector, State,
 };

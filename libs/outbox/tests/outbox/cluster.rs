@@ -5,9 +5,7 @@
 //! controller fences it (after its session timeout) and moves its
 //! leaderships; the idempotent producer then retries them on the new leaders.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::message::Message;
 use sagaworks_config::KafkaSettings;

@@ -1,9 +1,7 @@
 //! The consumer (inbox dedupe, retries, DLQ) end to end: writer -> relay ->
 //! Kafka -> consumer -> handler, against real PostgreSQL.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sagaworks_outbox::kafka::{dlq_topic, topic_name};

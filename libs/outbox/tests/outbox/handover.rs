@@ -2,9 +2,7 @@
 //! Apache Kafka: a relay that stops with a batch out,
 //! and a consumer group that rebalances mid-stream.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use futures::future::BoxFuture;
 use rdkafka::message::{Message, OwnedMessage};
 use sagaworks_config::KafkaSettings;
