@@ -57,7 +57,12 @@ What it asserts, per service of services.toml:
   with client certificates, the StandardAuthorizer and no access without an ACL; a SCRAM
   user per backend whose password is the one the backend uses; the backends on
   sasl_ssl as themselves; deploy/kafka/acls.txt (and its dev copy) exactly
-  scripts/lib/kafka_acls.py's ACLs, applied by the init step; the broker's Certificate.
+  scripts/lib/kafka_acls.py's ACLs, applied by the init step; the broker's Certificate
+  (CN=kafka, a super user) from a Kafka CA apart from the services' CA: in compose the
+  broker's TLS_CA_FILE is no service's APP_TLS__CA_FILE, and the backends and the init
+  step verify the broker with it; in the dev overlay its Issuer is a CA Issuer of its own
+  that issues no other Certificate, and the backends' APP_KAFKA__SSL_CA_FILE is ca.crt of
+  the broker's Secret.
 
 `consistency.py --write-kafka-acls` (re)writes deploy/kafka/acls.txt and its dev copy.
 
@@ -1356,6 +1361,24 @@ def check_kafka_security(
         report.check(bool(env.get(name)), f"compose/kafka: {name} is not set")
     test = " ".join(map(str, (kafka.get("healthcheck") or {}).get("test") or []))
     report.check("--command-config" in test, "compose/kafka: the healthcheck must authenticate (--command-config)")
+    # The nodes' CA (the controller listener's only trusted CA, CN=kafka a super user) is not
+    # the services' CA, and Kafka's clients verify the broker with it.
+    kafka_ca = Path(mounts.get(env.get("TLS_CA_FILE", ""), "")).as_posix()
+    report.check(bool(kafka_ca) and kafka_ca != ".", "compose/kafka: TLS_CA_FILE (the Kafka CA) must be mounted")
+    for name, spec in services.items():
+        senv, smounts = _compose_env(spec), dict(_compose_mount(v) for v in spec.get("volumes") or [])
+        tls_ca = senv.get("APP_TLS__CA_FILE")
+        if tls_ca and smounts.get(tls_ca):
+            report.check(
+                Path(smounts[tls_ca]).as_posix() != kafka_ca,
+                f"compose/{name}: APP_TLS__CA_FILE is the Kafka nodes' CA ({kafka_ca}): the services' "
+                "certificates must come from a CA apart from the one that issues CN=kafka",
+            )
+    ienv_ca = _compose_env(init).get("CA_FILE", "")
+    report.check(
+        Path(dict(_compose_mount(v) for v in init.get("volumes") or []).get(ienv_ca, "")).as_posix() == kafka_ca,
+        f"compose/kafka-init: CA_FILE must be the broker's TLS_CA_FILE ({kafka_ca}), mounted",
+    )
     for user in users:
         spec = services.get(user) or {}
         senv = _compose_env(spec)
@@ -1367,7 +1390,11 @@ def check_kafka_security(
             bool(password) and senv.get("APP_KAFKA__SASL_PASSWORD") == password,
             f"{where}: APP_KAFKA__SASL_PASSWORD must be the broker's {user.upper()}_KAFKA_PASSWORD",
         )
-        report.check(bool(senv.get("APP_KAFKA__SSL_CA_FILE")), f"{where}: APP_KAFKA__SSL_CA_FILE is not set")
+        smounts = dict(_compose_mount(v) for v in spec.get("volumes") or [])
+        report.check(
+            Path(smounts.get(senv.get("APP_KAFKA__SSL_CA_FILE", ""), "")).as_posix() == kafka_ca,
+            f"{where}: APP_KAFKA__SSL_CA_FILE must be the broker's TLS_CA_FILE, the Kafka CA ({kafka_ca}), mounted",
+        )
     ienv = _compose_env(init)
     imounts = dict(_compose_mount(v) for v in init.get("volumes") or [])
     report.check(
@@ -1420,7 +1447,11 @@ def check_kafka_security(
         senv, _ = _container_env(main, configmaps)
         report.check(senv.get("APP_KAFKA__SECURITY_PROTOCOL") == "sasl_ssl", f"{where}: APP_KAFKA__SECURITY_PROTOCOL must be sasl_ssl")
         report.check(senv.get("APP_KAFKA__SASL_USERNAME") == user, f"{where}: APP_KAFKA__SASL_USERNAME must be {user}")
-        report.check(bool(senv.get("APP_KAFKA__SSL_CA_FILE")), f"{where}: APP_KAFKA__SSL_CA_FILE is not set")
+        report.check(
+            _mounted_secret_key(deployment["spec"]["template"]["spec"], main, senv.get("APP_KAFKA__SSL_CA_FILE", ""))
+            == (_kafka_tls_secret(docs), "ca.crt"),
+            f"{where}: APP_KAFKA__SSL_CA_FILE must be ca.crt (the Kafka CA) of the Secret of Certificate kafka, mounted",
+        )
         theirs = _env_ref(next((e for e in main.get("env") or [] if e["name"] == "APP_KAFKA__SASL_PASSWORD"), {}))
         broker = _env_ref(items.get(f"{user.upper()}_KAFKA_PASSWORD") or {})
         report.check(
@@ -1435,11 +1466,61 @@ def check_kafka_security(
         want_names = {"kafka", f"kafka.{namespace}.svc", f"kafka-0.kafka-headless.{namespace}.svc", "localhost"}
         report.check(want_names <= names, f"dev/Certificate/kafka: dnsNames must include {sorted(want_names)}, got {sorted(names)}")
         report.check(spec.get("commonName") == "kafka", "dev/Certificate/kafka: commonName must be kafka (User:CN=kafka)")
+        _check_kafka_issuer(report, docs, spec)
         report.check((spec.get("privateKey") or {}).get("encoding") == "PKCS8",
                      "dev/Certificate/kafka: the key must be PKCS8 (Kafka's PEM keystore)")
         report.check(
             any((v.get("secret") or {}).get("secretName") == spec.get("secretName") for v in pod.get("volumes") or []),
             f"dev/StatefulSet/kafka: must mount the Secret {spec.get('secretName')} of Certificate kafka",
+        )
+
+
+def _kafka_tls_secret(docs: list[dict[str, Any]]) -> str | None:
+    """The Secret of the broker's Certificate `kafka`."""
+    certificate = _by_kind(docs, "Certificate").get("kafka") or {}
+    return (certificate.get("spec") or {}).get("secretName")
+
+
+def _mounted_secret_key(pod: dict[str, Any], container: dict[str, Any], path: str) -> tuple[str | None, str | None]:
+    """(Secret, key) that the file `path` of `container` is, through a Secret volume."""
+    volumes = {v.get("name"): v for v in pod.get("volumes") or []}
+    for mount in container.get("volumeMounts") or []:
+        prefix = str(mount.get("mountPath", "")).rstrip("/") + "/"
+        if not path.startswith(prefix):
+            continue
+        secret = (volumes.get(mount.get("name")) or {}).get("secret") or {}
+        relative = path[len(prefix):]
+        items = secret.get("items")
+        key = relative if items is None else next((i.get("key") for i in items if i.get("path") == relative), None)
+        return secret.get("secretName"), key
+    return None, None
+
+
+def _check_kafka_issuer(report: Report, docs: list[dict[str, Any]], spec: dict[str, Any]) -> None:
+    """The broker's Certificate comes from a CA Issuer of Kafka's own: not the Issuer of any
+    service's Certificate, not the services' CA Secret, and issuing nothing but `kafka`
+    (CN=kafka is a super user; its controller listener trusts that CA only)."""
+    where = "dev/Certificate/kafka"
+    issuers, certificates = _by_kind(docs, "Issuer"), _by_kind(docs, "Certificate")
+    issuer_name = (spec.get("issuerRef") or {}).get("name")
+    issuer = issuers.get(issuer_name)
+    ca_secret = ((issuer or {}).get("spec") or {}).get("ca", {}).get("secretName") if issuer else None
+    if not report.check(ca_secret is not None, f"{where}: issuerRef must name a CA Issuer of the overlay, got {issuer_name!r}"):
+        return
+    ca_certificate = next((c for c in certificates.values() if c["spec"].get("secretName") == ca_secret), None)
+    report.check(
+        ca_certificate is not None and ca_certificate["spec"].get("isCA") is True,
+        f"{where}: the Issuer {issuer_name}'s Secret {ca_secret} must be an isCA Certificate of the overlay",
+    )
+    for name, other in certificates.items():
+        if name == "kafka" or other["spec"].get("isCA"):
+            continue
+        other_issuer = (other["spec"].get("issuerRef") or {}).get("name")
+        other_secret = (((issuers.get(other_issuer) or {}).get("spec") or {}).get("ca") or {}).get("secretName")
+        report.check(
+            other_issuer != issuer_name and other_secret != ca_secret,
+            f"{where}: its Issuer {issuer_name} (CA {ca_secret}) also issues Certificate {name}: the Kafka "
+            "nodes' CA must issue nothing else (CN=kafka is a super user of the broker)",
         )
 
 

@@ -475,6 +475,32 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "dev/Certificate/kafka: the key must be PKCS8")
         self.assert_fails(failures, "dev: ConfigMap kafka-acls key acls.txt differs from deploy/kafka/acls.txt")
 
+    def test_kafka_nodes_certificate_from_the_services_ca_fails(self) -> None:
+        services_ca = next(v for v in self.compose["services"]["order"]["volumes"] if consistency._compose_mount(v)[0] == "/certs/ca.pem")
+        # The broker trusts (and its certificate comes from) the services' CA file.
+        compose = copy.deepcopy(self.compose)
+        compose["services"]["kafka"]["environment"]["TLS_CA_FILE"] = "/certs/ca.pem"
+        compose["services"]["kafka"]["volumes"].append(copy.deepcopy(services_ca))
+        self.assert_fails(self.failures(compose=compose), "compose/order: APP_TLS__CA_FILE is the Kafka nodes' CA")
+        # A client verifies the broker with the services' CA.
+        compose = copy.deepcopy(self.compose)
+        compose["services"]["payment"]["environment"]["APP_KAFKA__SSL_CA_FILE"] = "/certs/ca.pem"
+        compose["services"]["kafka-init"]["environment"]["CA_FILE"] = "/certs/ca.pem"
+        compose["services"]["kafka-init"]["volumes"].append(copy.deepcopy(services_ca))
+        failures = self.failures(compose=compose)
+        self.assert_fails(failures, "compose/payment: APP_KAFKA__SSL_CA_FILE must be the broker's TLS_CA_FILE")
+        self.assert_fails(failures, "compose/kafka-init: CA_FILE must be the broker's TLS_CA_FILE")
+        self.assertFalse([f for f in failures if f.startswith("compose/order:")], failures)
+        # The dev overlay: the broker's Certificate from the services' Issuer, a client on the services' CA.
+        k8s = copy.deepcopy(self.k8s)
+        self.doc(k8s["dev"], "Certificate", "kafka")["spec"]["issuerRef"]["name"] = "sagaworks-ca"
+        config = next(d for d in k8s["dev"] if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("inventory-config-"))
+        config["data"]["APP_KAFKA__SSL_CA_FILE"] = "/etc/sagaworks/tls/ca.crt"
+        failures = self.failures(k8s=k8s)
+        self.assert_fails(failures, "dev/Certificate/kafka: its Issuer sagaworks-ca (CA sagaworks-ca) also issues Certificate order")
+        self.assert_fails(failures, "dev/inventory: APP_KAFKA__SSL_CA_FILE must be ca.crt (the Kafka CA)")
+        self.assertFalse([f for f in failures if f.startswith("dev/order:") or f.startswith("dev/payment:")], failures)
+
     def test_kafka_files_drifting_from_their_sources_fail(self) -> None:
         with tempfile.TemporaryDirectory(prefix="sw-kafka-") as tmp:
             root = Path(tmp)

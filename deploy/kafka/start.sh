@@ -7,10 +7,13 @@
 # formatted, and the image's entrypoint formats without them.
 #
 #   client listener      SASL_SSL on $CLIENT_PORT: SCRAM-SHA-512 over TLS, the broker's
-#                        certificate and key as PEM, the truststore the CA (PEM)
+#                        certificate and key as PEM, the truststore the Kafka CA (PEM)
 #   controller listener  SSL on $CONTROLLER_PORT with client authentication required:
-#                        only a certificate of the CA passes, and only the broker's own
-#                        (CN=kafka) is a super user
+#                        only a certificate of the Kafka CA passes: the broker's own
+#                        (CN=kafka, a super user). The Kafka CA issues the Kafka nodes'
+#                        certificates only, never the services' (their SPIFFE identities
+#                        come from a CA of their own), so no service certificate, whatever
+#                        its name, gets past this handshake
 #   authorization        StandardAuthorizer, allow.everyone.if.no.acl.found=false,
 #                        super.users=User:admin;User:CN=kafka. The services' ACLs are
 #                        added by the topic-creating init step (compose `kafka-init`, the
@@ -34,7 +37,9 @@
 #                       localhost; the certificate must carry it)
 #   LOG_DIRS            the log directory (required)
 #   TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE
-#                       the broker's certificate, its PKCS#8 key, and the CA (PEM)
+#                       the broker's certificate, its PKCS#8 key, and the Kafka CA (PEM)
+#                       that issued it: the controller listener's only trusted CA, which
+#                       must not be the CA of the services' certificates
 #   ADMIN_KAFKA_PASSWORD
 #                       the password of `admin`
 #   SCRAM_USERS         the users besides admin, space-separated (the backends of
@@ -98,7 +103,7 @@ inter.broker.listener.name=SASL_SSL
 sasl.enabled.mechanisms=SCRAM-SHA-512
 sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$ADMIN_KAFKA_PASSWORD";
-# The controller listener admits a client certificate of the CA only; the broker
+# The controller listener admits a client certificate of the Kafka CA only; the broker
 # presents its own (the keystore below) when it connects to it.
 listener.name.controller.ssl.client.auth=required
 ssl.keystore.type=PEM

@@ -274,6 +274,7 @@ COMPOSE_SERVICE = """\
       OTEL_SERVICE_NAME: {{name}}
     volumes:
       - ./.dev/compose/certs/ca.pem:/certs/ca.pem:ro
+      - ./.dev/compose/certs/kafka-ca.pem:/certs/kafka-ca.pem:ro
       - ./.dev/compose/certs/{{name}}.pem:/certs/{{name}}.pem:ro
       - ./.dev/compose/certs/{{name}}-key.pem:/certs/{{name}}-key.pem:ro
     depends_on:
@@ -371,7 +372,7 @@ DEV_CONFIG = """\
       - APP_KAFKA__BROKERS=kafka:9092
       - APP_KAFKA__SECURITY_PROTOCOL=sasl_ssl
       - APP_KAFKA__SASL_USERNAME={{name}}
-      - APP_KAFKA__SSL_CA_FILE=/etc/sagaworks/tls/ca.crt
+      - APP_KAFKA__SSL_CA_FILE=/etc/sagaworks/kafka-ca/ca.crt
 """
 
 DEV_DATABASE_SECRETS = """\
@@ -438,6 +439,21 @@ spec:
                 secretKeyRef:
                   name: {{name}}-kafka
                   key: password
+          volumeMounts:
+            - name: kafka-ca
+              mountPath: /etc/sagaworks/kafka-ca
+              readOnly: true
+      volumes:
+        # The Kafka CA (ca.crt of the broker's Secret kafka-tls, not its key), which
+        # APP_KAFKA__SSL_CA_FILE names: the broker's certificate is of the Kafka CA, not of
+        # the services' CA in the service's own TLS Secret.
+        - name: kafka-ca
+          secret:
+            secretName: kafka-tls
+            items:
+              - key: ca.crt
+                path: ca.crt
+            defaultMode: 0440 # group: the pod's fsGroup
 """
 
 DEV_DB_POLICY = """\

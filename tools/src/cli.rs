@@ -104,13 +104,22 @@ Examples:
   sagaworks-tools ledger --db-prefix sagaworks_chaos")]
     Ledger(LedgerArgs),
 
-    /// Write a development CA and a certificate per service (mutual TLS between them).
+    /// Write a development CA and a certificate per service (mutual TLS between them), and Kafka's.
     #[command(after_long_help = "\
 Writes <dir>/ca.pem and, per service, <dir>/<service>.pem and <dir>/<service>-key.pem:
 the identity spiffe://<trust domain>/<service>, DNS names <service> and localhost, IP
 127.0.0.1. A service reads them with APP_TLS__CA_FILE, APP_TLS__CERT_FILE and
-APP_TLS__KEY_FILE. For development and tests only: the CA's key is not kept, so the
-set is made again as a whole (scripts/dev-up does when a service has no certificate).
+APP_TLS__KEY_FILE.
+
+The name `kafka` stands for Apache Kafka's nodes, whose certificate comes from a CA of
+their own, never from ca.pem: <dir>/kafka-ca.pem (that CA), <dir>/kafka.pem and
+<dir>/kafka-key.pem (CN=kafka, the nodes' super user on their controller listener, which
+trusts kafka-ca.pem only; DNS names kafka and localhost, IP 127.0.0.1; no SPIFFE
+identity; PKCS#8 key). Kafka's clients verify the broker with kafka-ca.pem
+(APP_KAFKA__SSL_CA_FILE), the services their peers with ca.pem.
+
+For development and tests only: the CAs' keys are not kept, so the set is made again as
+a whole (scripts/dev-up does when a certificate is missing).
 
 Examples:
   sagaworks-tools dev-certs .dev/certs order inventory payment gateway")]
@@ -121,7 +130,7 @@ Examples:
 pub struct DevCertsArgs {
     /// Where to write the files (created; existing files are replaced).
     pub dir: PathBuf,
-    /// The services to issue certificates for.
+    /// The services to issue certificates for; `kafka`: Kafka's nodes (their own CA).
     #[arg(required = true)]
     pub services: Vec<String>,
     /// The SPIFFE trust domain of the identities: the services' `tls.trust_domain`

@@ -330,6 +330,9 @@ async fn run_check(args: CheckArgs) -> Result<ExitCode, ToolError> {
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// The name `dev-certs` issues Kafka's nodes' certificate for, from a CA of their own.
+const KAFKA_NODES: &str = "kafka";
+
 fn dev_certs(args: &sagaworks_tools::cli::DevCertsArgs) -> Result<ExitCode, ToolError> {
     if let Some(bad) = args.services.iter().find(|s| {
         !s.starts_with(|c: char| c.is_ascii_lowercase())
@@ -338,10 +341,28 @@ fn dev_certs(args: &sagaworks_tools::cli::DevCertsArgs) -> Result<ExitCode, Tool
         return Err(ToolError::Usage(format!("{bad:?} is not a service name ([a-z][a-z0-9]*)")));
     }
     let ca = DevCa::new("sagaworks development CA").map_err(|e| ToolError::Usage(e.to_string()))?;
-    let services: Vec<&str> = args.services.iter().map(String::as_str).collect();
-    ca.write(&args.dir, &services, &args.trust_domain)
-        .map_err(|e| ToolError::Usage(format!("cannot write {}: {e}", args.dir.display())))?;
-    println!("wrote a development CA and certificates for {} to {}", services.join(", "), args.dir.display());
+    let (kafka, services): (Vec<&str>, Vec<&str>) =
+        args.services.iter().map(String::as_str).partition(|name| *name == KAFKA_NODES);
+    let unwritable =
+        |e: std::io::Error| ToolError::Usage(format!("cannot write {}: {e}", args.dir.display()));
+    ca.write(&args.dir, &services, &args.trust_domain).map_err(unwritable)?;
+    if services.is_empty() {
+        println!("wrote a development CA to {}", args.dir.display());
+    } else {
+        println!(
+            "wrote a development CA and certificates for {} to {}",
+            services.join(", "),
+            args.dir.display()
+        );
+    }
+    if !kafka.is_empty() {
+        // Kafka's nodes get a CA of their own: CN=kafka is a super user of the controller
+        // listener, which trusts that CA only, never the services' one.
+        let kafka_ca =
+            DevCa::new("sagaworks development Kafka CA").map_err(|e| ToolError::Usage(e.to_string()))?;
+        kafka_ca.write_nodes(&args.dir, KAFKA_NODES).map_err(unwritable)?;
+        println!("wrote a Kafka CA and the Kafka nodes' certificate (CN=kafka) to {}", args.dir.display());
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -318,6 +318,9 @@ pub struct KafkaSettings {
     pub sasl_username: String,
     /// Redacted in `Debug`.
     pub sasl_password: String,
+    /// The CA file the broker's certificate is checked against: the CA of the Kafka
+    /// nodes (`kafka-ca.pem` of `sagaworks-tools dev-certs`), not `tls.ca_file`, the
+    /// services' CA.
     pub ssl_ca_file: String,
     /// Extra librdkafka properties (they win over the above).
     pub properties: std::collections::BTreeMap<String, String>,

@@ -19,7 +19,8 @@ pub struct Issued {
     pub key_pem: String,
 }
 
-/// A self-signed CA that issues the services' certificates.
+/// A self-signed CA that issues the services' certificates ([`DevCa::issue`]), or, a CA
+/// of its own, the certificates of Kafka's nodes ([`DevCa::issue_node`]).
 pub struct DevCa {
     issuer: CertifiedIssuer<'static, KeyPair>,
 }
@@ -52,6 +53,33 @@ impl DevCa {
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Issued { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+    }
+
+    /// A certificate for the host `name` outside the services' trust domain (Kafka's
+    /// nodes): common name `name`, DNS SANs `name` and `localhost`, IP SAN 127.0.0.1,
+    /// no SPIFFE identity, usable by a server and a client. Its key is PKCS#8.
+    pub fn issue_node(&self, name: &str) -> Result<Issued, Error> {
+        let mut params =
+            CertificateParams::new(vec![name.to_owned(), "localhost".into(), "127.0.0.1".into()])?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages =
+            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(Issued { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+    }
+
+    /// Writes this CA's certificate to `dir/<name>-ca.pem` and a certificate of
+    /// [`DevCa::issue_node`] for `name` to `<name>.pem` and `<name>-key.pem` (mode 0600):
+    /// the files of a CA that issues `name`'s nodes only, e.g. `kafka-ca.pem`, `kafka.pem`
+    /// and `kafka-key.pem` (`scripts/kafka up --secure <dir>`).
+    pub fn write_nodes(&self, dir: &Path, name: &str) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let issued = self.issue_node(name).map_err(std::io::Error::other)?;
+        replace(&dir.join(format!("{name}-ca.pem")), self.ca_pem().as_bytes(), 0o644)?;
+        replace(&dir.join(format!("{name}-key.pem")), issued.key_pem.as_bytes(), 0o600)?;
+        replace(&dir.join(format!("{name}.pem")), issued.cert_pem.as_bytes(), 0o644)
     }
 
     /// Writes `ca.pem` and, per service, `<service>.pem` and `<service>-key.pem` (mode
@@ -139,6 +167,23 @@ mod tests {
             std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         names.sort();
         assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_node_certificate_has_no_spiffe_identity_and_comes_with_its_own_ca_file() {
+        let dir = std::env::temp_dir().join(format!("sw-mtls-nodes-{}", std::process::id()));
+        let ca = DevCa::new("node CA").unwrap();
+        ca.write_nodes(&dir, "kafka").unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join("kafka-ca.pem")).unwrap(), ca.ca_pem());
+        assert!(!dir.join("ca.pem").exists(), "the services' CA file is not this CA's");
+        let pem = std::fs::read(dir.join("kafka.pem")).unwrap();
+        let der = x509_parser::pem::Pem::iter_from_buffer(&pem).next().unwrap().unwrap();
+        assert_eq!(caller_of(&der.contents, "sagaworks"), None, "no SPIFFE identity");
+        let cert = der.parse_x509().unwrap();
+        let cn = cert.subject().iter_common_name().next().and_then(|c| c.as_str().ok());
+        assert_eq!(cn, Some("kafka"));
+        assert!(std::fs::read_to_string(dir.join("kafka-key.pem")).unwrap().contains("BEGIN PRIVATE KEY"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

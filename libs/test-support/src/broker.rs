@@ -17,8 +17,11 @@
 //!   with the topics of services.toml and their `.dlq` created beforehand, as a
 //!   deployment's init step does (no service may create one).
 //!
-//! A private broker's certificate is issued by the test process's CA ([`crate::certs`]);
-//! the shared one's by the CA scripts/test made for it. A private broker lives under
+//! The nodes' certificate (CN=kafka, a super user of the controller listener) comes from a
+//! Kafka CA apart from the services' one: a private broker's from the test process's
+//! ([`crate::certs::kafka_dir`]), the shared one's from the one scripts/test made for it
+//! (`kafka-ca.pem`). The controller listener trusts that CA only
+//! ([`Broker::controller_address`]). A private broker lives under
 //! `<target dir>/kafka-test/<id>/` and is stopped and removed when the value is dropped;
 //! scripts/test stops any left behind by a test process that died.
 
@@ -34,8 +37,10 @@ pub struct Broker {
     bootstrap: String,
     /// The cluster's directory: `users/<user>.password` and `cluster.env`.
     dir: PathBuf,
-    /// The CA file that issued the brokers' certificate.
+    /// The Kafka CA file that issued the nodes' certificate.
     ca_file: String,
+    /// The first node's controller listener port (node k's: this + k - 1).
+    controller_port: u16,
     /// With ACLs: the topic prefix they name.
     acl_prefix: Option<String>,
     /// `None` for the shared broker, which no test may stop.
@@ -71,8 +76,8 @@ impl Broker {
         let nodes: u16 = value("NODES").parse().expect("NODES in cluster.env");
         let port: u16 = value("PORT").parse().expect("PORT in cluster.env");
         let bootstrap = (0..nodes).map(|k| format!("127.0.0.1:{}", port + k)).collect::<Vec<_>>().join(",");
-        let ca_file = Path::new(&value("CERTS")).join("ca.pem").display().to_string();
-        Self { bootstrap, dir, ca_file, acl_prefix: None, own: None }
+        let ca_file = Path::new(&value("CERTS")).join("kafka-ca.pem").display().to_string();
+        Self { bootstrap, dir, ca_file, controller_port: port + nodes, acl_prefix: None, own: None }
     }
 
     /// A single Kafka node of this test's own.
@@ -97,8 +102,7 @@ impl Broker {
         let dir = target_dir().join("kafka-test").join(uuid::Uuid::new_v4().simple().to_string());
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
         let port = free_ports(2 * u16::from(nodes));
-        let certs = crate::certs::tls("kafka");
-        let certs_dir = Path::new(&certs.ca_file).parent().expect("the certificates' directory").to_owned();
+        let certs_dir = crate::certs::kafka_dir();
         let mut args = vec![
             "--nodes".to_string(),
             nodes.to_string(),
@@ -113,7 +117,8 @@ impl Broker {
         let mut b = Self {
             bootstrap: String::new(),
             dir,
-            ca_file: certs.ca_file,
+            ca_file: certs_dir.join("kafka-ca.pem").display().to_string(),
+            controller_port: port + u16::from(nodes),
             acl_prefix,
             own: Some(Own { nodes, args: args.clone() }),
         };
@@ -162,6 +167,19 @@ impl Broker {
     /// The bootstrap servers (`host:port`, comma-separated for a cluster).
     pub fn address(&self) -> String {
         self.bootstrap.clone()
+    }
+
+    /// Node `k`'s (1-based) controller listener, `host:port`: SSL with client certificates
+    /// of the Kafka CA ([`Broker::kafka_ca_file`]) required.
+    pub fn controller_address(&self, k: u8) -> String {
+        assert!(k >= 1 && self.bootstrap.split(',').count() >= usize::from(k), "no node {k}");
+        format!("127.0.0.1:{}", self.controller_port + u16::from(k) - 1)
+    }
+
+    /// The Kafka CA's certificate file: what issued the nodes' certificate, what Kafka's
+    /// clients verify the broker with and what the controller listener trusts.
+    pub fn kafka_ca_file(&self) -> &str {
+        &self.ca_file
     }
 
     /// How many nodes it has.

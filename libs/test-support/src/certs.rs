@@ -7,6 +7,10 @@
 //! only its own CA. [`scratch_dir`] and [`issue_in`] give a test files of its own to
 //! replace while services run (certificate rotation); [`server_leaf`] is the certificate
 //! a server shows to a new connection.
+//!
+//! [`kafka_dir`] holds the certificate of the Kafka nodes a test starts, from a Kafka CA
+//! of the process's own, apart from the services' CA (as `sagaworks-tools dev-certs`
+//! issues them).
 
 use sagaworks_mtls::TlsSettings;
 pub use sagaworks_mtls::dev_ca::DevCa;
@@ -19,12 +23,19 @@ struct Authority {
     dir: PathBuf,
 }
 
+/// A new directory `<pid>-<label>` for this process's certificates (those of processes
+/// that are gone are removed first).
+fn process_dir(label: &str) -> PathBuf {
+    let root = std::env::temp_dir().join("sagaworks-test-certs");
+    remove_stale(&root);
+    let dir = root.join(format!("{}-{label}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory for the test certificates");
+    dir
+}
+
 impl Authority {
     fn new(label: &str) -> Self {
-        let root = std::env::temp_dir().join("sagaworks-test-certs");
-        remove_stale(&root);
-        let dir = root.join(format!("{}-{label}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a directory for the test certificates");
+        let dir = process_dir(label);
         let ca = DevCa::new(&format!("sagaworks test CA ({label})")).expect("a test CA");
         ca.write(&dir, &[], "sagaworks").expect("write the test CA");
         Self { ca, dir }
@@ -74,6 +85,23 @@ pub fn tls(service: &str) -> TlsSettings {
 /// `[tls]` of `service` issued by another CA, which no service under test trusts.
 pub fn foreign_tls(service: &str) -> TlsSettings {
     authority(&FOREIGN, "foreign").tls(service)
+}
+
+static KAFKA: OnceLock<PathBuf> = OnceLock::new();
+
+/// The directory `scripts/kafka up --secure` reads for the Kafka nodes this process starts:
+/// `kafka-ca.pem` (this process's Kafka CA, which no service certificate comes from; what
+/// the controller listener and Kafka's clients trust), `kafka.pem` and `kafka-key.pem`
+/// (CN=kafka, the nodes' own).
+pub fn kafka_dir() -> PathBuf {
+    KAFKA
+        .get_or_init(|| {
+            let dir = process_dir("kafka");
+            let ca = DevCa::new("sagaworks test Kafka CA").expect("a test Kafka CA");
+            ca.write_nodes(&dir, "kafka").expect("write the Kafka nodes' certificate");
+            dir
+        })
+        .clone()
 }
 
 /// This process's CA certificate file (what a test client trusts).
