@@ -146,3 +146,15 @@ sw_grpc_urls() { # service
     for r in $(seq 1 "$n"); do urls+=("https://127.0.0.1:$(sw_replica_port "$1" grpc "$r")"); done
     (IFS=,; echo "${urls[*]}")
 }
+
+# The build of what the scripts run, in the profile given: every service with its test hooks
+# (fault injection, crash points; off unless set), the operator CLI and sagaworks-tools, in
+# one cargo invocation. Every script builds this same set, so one feature resolution serves
+# them all and a second call finds everything built.
+sw_build_stack() { # profile, extra cargo arguments...
+    local profile="$1"
+    shift
+    # shellcheck disable=SC2046 # one -p per service
+    cargo build --locked --profile "$profile" $(printf -- '-p %s ' $(sw_services)) -p sagaworks-admin \
+        -p sagaworks-tools --features "$(printf '%s/test-hooks ' $(sw_services))" "$@"
+}
