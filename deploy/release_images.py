@@ -20,16 +20,17 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import tomllib
 from pathlib import Path
 
-SERVICES_TOML = Path(__file__).resolve().parent.parent / "services.toml"
+# services.toml's loader (scripts/lib/services_toml.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts" / "lib"))
+from services_toml import SERVICES_TOML, load_services  # noqa: E402
+
 _REF = re.compile(r"([a-z][a-z0-9]*)\s+([a-z0-9][a-z0-9._/:-]*[a-z0-9])@(sha256:[0-9a-f]{64})")
 
 
 def service_names(path: Path = SERVICES_TOML) -> list[str]:
-    with path.open("rb") as f:
-        return [s["name"] for s in tomllib.load(f).get("service", [])]
+    return list(load_services(path))
 
 
 def pinned_images(lines: list[str], services: list[str]) -> dict[str, tuple[str, str]]:

@@ -886,8 +886,8 @@ class ServiceReplicasTest(unittest.TestCase):
 
     def test_no_replica_port_is_another_services_port(self) -> None:
         fixed = {s.ports.http for s in SERVICES.values()} | {s.ports.grpc for s in SERVICES.values() if s.ports.grpc}
-        import tomllib
-        fixed.add(tomllib.loads((ROOT / "services.toml").read_text())["broker"]["port"])
+        from services_toml import broker_port
+        fixed.add(broker_port(ROOT / "services.toml"))
         for name, spec in SERVICES.items():
             for port in (spec.ports.http, spec.ports.grpc):
                 if port:

@@ -26,24 +26,28 @@ Nothing else: the broker denies what no ACL allows (allow.everyone.if.no.acl.fou
 """
 
 import sys
-import tomllib
+from pathlib import Path
+
+# services.toml's loader, beside this file (also when another tool loads this one by path).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from services_toml import Service, load_services  # noqa: E402
+from services_toml import backends as _backends  # noqa: E402
 
 
-def backends(path: str) -> list[dict]:
-    with open(path, "rb") as f:
-        doc = tomllib.load(f)
-    return [s for s in doc.get("service") or [] if s.get("kind") == "backend"]
+def backends(path: str) -> list[Service]:
+    """The backends of the services.toml at `path`, in file order."""
+    return _backends(load_services(Path(path)))
 
 
-def acls(services: list[dict], prefix: str) -> list[str]:
-    every_topic = [f"{prefix}.{t}" for s in services for t in s.get("topics") or []]
+def acls(services: list[Service], prefix: str) -> list[str]:
+    every_topic = [f"{prefix}.{t}" for s in services for t in s.topics]
     lines = []
     for s in services:
-        user = f"User:{s['name']}"
-        own = [f"{prefix}.{t}" for t in s.get("topics") or []]
-        consumed = [f"{prefix}.{t}" for t in s.get("consumes") or []]
+        user = f"User:{s.name}"
+        own = [f"{prefix}.{t}" for t in s.topics]
+        consumed = [f"{prefix}.{t}" for t in s.consumes]
         dlqs = [f"{t}.dlq" for t in consumed]
-        if s.get("operates_dead_letters"):
+        if s.operates_dead_letters:
             own = sorted(set(own) | set(every_topic))
             consumed = sorted(set(consumed) | set(every_topic))
             dlqs = sorted(set(dlqs) | {f"{t}.dlq" for t in every_topic})
@@ -53,21 +57,21 @@ def acls(services: list[dict], prefix: str) -> list[str]:
             lines.append(f"{user}|topic|literal|Read,Describe|{' '.join(consumed)}")
         if dlqs:
             lines.append(f"{user}|topic|literal|Write,Describe,Read|{' '.join(dlqs)}")
-        groups = [f"{prefix}.{g}" for g in s.get("groups") or []]
+        groups = [f"{prefix}.{g}" for g in s.groups]
         if groups:
             lines.append(f"{user}|group|literal|Read,Describe|{' '.join(groups)}")
     return lines
 
 
-def topics(services: list[dict], prefix: str) -> list[str]:
+def topics(services: list[Service], prefix: str) -> list[str]:
     """Every topic of services.toml and its dead-letter topic, which exist beforehand."""
-    return [f"{prefix}.{t}{dlq}" for s in services for t in s.get("topics") or [] for dlq in ("", ".dlq")]
+    return [f"{prefix}.{t}{dlq}" for s in services for t in s.topics for dlq in ("", ".dlq")]
 
 
 def main() -> None:
     if len(sys.argv) >= 3 and sys.argv[1] == "users":
         for s in backends(sys.argv[2]):
-            print(s["name"])
+            print(s.name)
     elif len(sys.argv) == 4 and sys.argv[1] == "acls":
         print("\n".join(acls(backends(sys.argv[2]), sys.argv[3])))
     elif len(sys.argv) == 4 and sys.argv[1] == "topics":

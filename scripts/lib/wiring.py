@@ -42,12 +42,15 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+# services.toml's loader, beside this file.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from services_toml import load_services  # noqa: E402
+
 TEMPLATE = ROOT / "deploy" / "template" / "wiring"
 
 
@@ -68,18 +71,19 @@ class Entry:
 
 
 def load_entry(name: str, path: Path | None = None) -> Entry:
-    path = path or ROOT / "services.toml"
-    doc = tomllib.loads(path.read_text())
-    services = {s["name"]: s for s in doc.get("service") or []}
-    raw = services.get(name)
-    if raw is None:
+    try:
+        services = load_services(path or ROOT / "services.toml")
+    except ValueError as e:
+        raise WiringError(str(e)) from None
+    spec = services.get(name)
+    if spec is None:
         raise WiringError(f"services.toml has no service {name!r}")
-    if raw.get("kind") != "backend" or not raw.get("database"):
+    if spec.kind != "backend" or spec.database is None or spec.ports.grpc is None:
         raise WiringError(f"{name}: only a backend with a database (what scripts/new-service makes) is wired here")
     return Entry(
-        name=name, http=raw["http_port"], grpc=raw["grpc_port"], role=raw["database"]["role"],
-        suffix=raw["database"]["suffix"], topics=list(raw.get("topics") or []), calls=list(raw.get("calls") or []),
-        ports={n: s["grpc_port"] for n, s in services.items() if "grpc_port" in s},
+        name=name, http=spec.ports.http, grpc=spec.ports.grpc, role=spec.database.role,
+        suffix=spec.database.suffix, topics=list(spec.topics), calls=list(spec.calls),
+        ports={n: s.ports.grpc for n, s in services.items() if s.ports.grpc is not None},
     )
 
 
@@ -791,7 +795,7 @@ def main(argv: list[str]) -> int:
         else:
             print(__doc__, file=sys.stderr)
             return 2
-    except (WiringError, OSError, KeyError, tomllib.TOMLDecodeError) as err:
+    except (WiringError, OSError, KeyError, ValueError) as err:
         print(f"wiring: {err}", file=sys.stderr)
         return 1
     return 0
