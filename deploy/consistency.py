@@ -39,8 +39,9 @@ What it asserts, per service of services.toml:
   startup probe;
 * prod's Ingress routes exactly the public paths (never /health, /metrics or admin), and
   the gateway admits the ingress controller's namespace, not anyone;
-* the dev overlay's copies of deploy/observability/ are identical to their originals, on
-  disk and in the rendered ConfigMaps; its Prometheus config differs from compose's only in
+* the dev overlay's ConfigMaps carry deploy/observability/'s files unchanged (its
+  component deploy/observability/kustomization.yaml generates them from the files compose
+  mounts); its Prometheus config differs from compose's only in
   how it finds the targets; the topics Job uses the services' topic prefix;
 * compose and the dev overlay run the Jaeger and OpenTelemetry Collector releases that
   scripts/validate-observability builds and checks the configs with (Jaeger's version in
@@ -53,10 +54,10 @@ What it asserts, per service of services.toml:
   (check_workflows); release.yml pushes and publishes only after its jobs calling
   rust-tests.yml and advisories.yml passed (check_release_gates);
 * Kafka runs secured like scripts/kafka's secure mode (check_kafka_security):
-  deploy/kafka/start.sh (and its dev copy) with SASL_SSL, an SSL controller listener
+  deploy/kafka/start.sh with SASL_SSL, an SSL controller listener
   with client certificates, the StandardAuthorizer and no access without an ACL; a SCRAM
   user per backend whose password is the one the backend uses; the backends on
-  sasl_ssl as themselves; deploy/kafka/acls.txt (and its dev copy) exactly
+  sasl_ssl as themselves; deploy/kafka/acls.txt exactly
   scripts/lib/kafka_acls.py's ACLs, applied by the init step; the broker's Certificate
   (CN=kafka, a super user) from a Kafka CA apart from the services' CA: in compose the
   broker's TLS_CA_FILE is no service's APP_TLS__CA_FILE, and the backends and the init
@@ -64,7 +65,7 @@ What it asserts, per service of services.toml:
   that issues no other Certificate, and the backends' APP_KAFKA__SSL_CA_FILE is ca.crt of
   the broker's Secret.
 
-`consistency.py --write-kafka-acls` (re)writes deploy/kafka/acls.txt and its dev copy.
+`consistency.py --write-kafka-acls` (re)writes deploy/kafka/acls.txt.
 
 Needs python3 and PyYAML. Exit status 0 if every check passed, 1 otherwise.
 """
@@ -166,18 +167,11 @@ PUBLIC_PATHS = {
     ("/v1/customers", "Prefix"), ("/openapi.json", "Exact"), ("/asyncapi.json", "Exact"),
 }
 NEVER_PUBLIC = ("/health", "/metrics", "/v1/admin", "/admin")
-#: Files of deploy/observability/ that the dev overlay runs from copies under
-#: COPIES_DIR (kustomize reads nothing outside the overlay), and the ConfigMap generator
-#: and key each must arrive in. prometheus.yml has a Kubernetes variant instead (checked
-#: against the compose one in check_prometheus_variant); alerts.test.yml,
-#: check-dashboards.py and metric-names.txt are not deployed.
+#: deploy/observability/: the files compose mounts, which the dev overlay's ConfigMaps
+#: carry through the component deploy/observability/kustomization.yaml (checked rendered
+#: in check_rendered_copies); prometheus.yml has a Kubernetes variant instead (checked
+#: against the compose one in check_prometheus_variant).
 OBSERVABILITY_DIR = Path("deploy/observability")
-COPIES_DIR = Path("k8s/overlays/dev/infra/observability")
-K8S_VARIANTS = {Path("prometheus/prometheus.yml")}
-NOT_DEPLOYED = {Path("prometheus/alerts.test.yml"), Path("check-dashboards.py"), Path("metric-names.txt")}
-#: Directories of deploy/observability/ that are not deployed either: build/ holds what
-#: scripts/lib/tracing.sh builds the tested Jaeger and collector from.
-NOT_DEPLOYED_DIRS = {Path("build")}
 COPY_CONFIGMAPS: dict[str, dict[str, str]] = {
     "otel-collector-config": {"config.yaml": "otel-collector.yaml"},
     "jaeger-config": {"config.yaml": "jaeger.yaml"},
@@ -926,37 +920,7 @@ def check_ingress(report: Report, label: str, docs: list[dict[str, Any]]) -> Non
             )
 
 
-# --- the dev overlay's copies of deploy/observability/ ------------------------------------
-
-
-def _files(directory: Path) -> set[Path]:
-    return {
-        f.relative_to(directory) for f in directory.rglob("*")
-        if f.is_file() and "__pycache__" not in f.parts
-    }
-
-
-def check_copies(report: Report, root: Path) -> None:
-    """The files the dev overlay runs from COPIES_DIR are byte-for-byte their originals."""
-    originals, copies = root / OBSERVABILITY_DIR, root / COPIES_DIR
-    if not report.check(copies.is_dir(), f"{COPIES_DIR} is missing"):
-        return
-    wanted = {
-        rel for rel in _files(originals) - NOT_DEPLOYED - K8S_VARIANTS
-        if not any(rel.is_relative_to(d) for d in NOT_DEPLOYED_DIRS)
-    }
-    present = _files(copies)
-    for rel in sorted(wanted):
-        copy = COPIES_DIR / rel
-        if report.check(rel in present, f"{copy} is missing: copy {OBSERVABILITY_DIR / rel} there"):
-            report.check(
-                (copies / rel).read_bytes() == (originals / rel).read_bytes(),
-                f"{copy} differs from {OBSERVABILITY_DIR / rel}: copy it again (cp {OBSERVABILITY_DIR / rel} {copy})",
-            )
-    for rel in sorted(present - wanted - K8S_VARIANTS):
-        report.check(False, f"{COPIES_DIR / rel} is a copy of nothing in {OBSERVABILITY_DIR}")
-    for rel in sorted(K8S_VARIANTS):
-        report.check(rel in present, f"{COPIES_DIR / rel} (the Kubernetes variant) is missing")
+# --- the dev overlay's ConfigMaps of deploy/observability/ --------------------------------
 
 
 def _configmap(docs: list[dict[str, Any]], base: str) -> dict[str, Any] | None:
@@ -1165,20 +1129,19 @@ def check_local_images(
 # --- Kafka's security: SASL_SSL, users, ACLs (deploy/kafka/) ------------------------------
 
 KAFKA_DIR = Path("deploy/kafka")
-KAFKA_COPIES_DIR = Path("k8s/overlays/dev/infra/kafka")
 #: The ACL file's stand-in for the topic prefix (the init step substitutes TOPIC_PREFIX).
 ACL_PREFIX = "@PREFIX@"
 KAFKA_ACLS_HEADER = """\
-# The Kafka ACLs of the services, generated: do not edit. Regenerate (this file and its
-# copy k8s/overlays/dev/infra/kafka/acls.txt) with
+# The Kafka ACLs of the services, generated: do not edit. Regenerate with
 #   python3 deploy/consistency.py --write-kafka-acls
-# deploy/consistency.py fails when either differs from scripts/lib/kafka_acls.py's output.
+# deploy/consistency.py fails when it differs from scripts/lib/kafka_acls.py's output.
 #
 # Committed rather than generated at deploy time: the Kafka image has no python, and
-# kustomize reads only committed files, so the k8s dev overlay needs a committed file in
-# any case; compose mounts this same file, so both apply one list. @PREFIX@ stands for
-# the topic prefix: the init step (compose `kafka-init`, the k8s Job `kafka-topics`)
-# replaces it with its TOPIC_PREFIX, the services' APP_KAFKA__TOPIC_PREFIX.
+# kustomize reads only committed files (the k8s dev overlay's ConfigMap comes from the
+# component deploy/kafka/kustomization.yaml); compose mounts this same file, so both apply
+# one list. @PREFIX@ stands for the topic prefix: the init step (compose `kafka-init`, the
+# k8s Job `kafka-topics`) replaces it with its TOPIC_PREFIX, the services'
+# APP_KAFKA__TOPIC_PREFIX.
 #
 # One kafka-acls.sh call per line: principal|resource type|pattern type|operations|resources
 """
@@ -1219,17 +1182,11 @@ def check_kafka_security(
     users = kafka_users(root)
     want_acls = kafka_acls_text(root)
     start = (root / KAFKA_DIR / "start.sh").read_text()
-    for rel in (KAFKA_DIR / "acls.txt", KAFKA_COPIES_DIR / "acls.txt"):
-        path = root / rel
-        report.check(
-            path.is_file() and path.read_text() == want_acls,
-            f"{rel} differs from scripts/lib/kafka_acls.py's ACLs of services.toml: "
-            "run python3 deploy/consistency.py --write-kafka-acls",
-        )
-    copy = root / KAFKA_COPIES_DIR / "start.sh"
+    path = root / KAFKA_DIR / "acls.txt"
     report.check(
-        copy.is_file() and copy.read_text() == start,
-        f"{KAFKA_COPIES_DIR / 'start.sh'} differs from {KAFKA_DIR / 'start.sh'}: copy it again",
+        path.is_file() and path.read_text() == want_acls,
+        f"{KAFKA_DIR / 'acls.txt'} differs from scripts/lib/kafka_acls.py's ACLs of services.toml: "
+        "run python3 deploy/consistency.py --write-kafka-acls",
     )
     for setting in ("listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SSL",
                     "listener.name.controller.ssl.client.auth=required", "ssl.keystore.type=PEM",
@@ -1423,10 +1380,8 @@ def _check_kafka_issuer(report: Report, docs: list[dict[str, Any]], spec: dict[s
 
 
 def write_kafka_acls(root: Path = ROOT) -> None:
-    text = kafka_acls_text(root)
-    for rel in (KAFKA_DIR / "acls.txt", KAFKA_COPIES_DIR / "acls.txt"):
-        (root / rel).write_text(text)
-        print(f"wrote {rel}")
+    (root / KAFKA_DIR / "acls.txt").write_text(kafka_acls_text(root))
+    print(f"wrote {KAFKA_DIR / 'acls.txt'}")
 
 
 def tested_releases(root: Path) -> dict[str, str]:
@@ -1716,7 +1671,6 @@ def check_all(
             check_rendered_copies(report, label, docs, root)
             check_prometheus_variant(report, label, docs, root)
             check_topics_job(report, label, docs)
-    check_copies(report, root)
     check_telemetry_releases(report, compose, k8s, root)
     check_kafka_release(report, compose, k8s, root)
     check_local_images(report, compose, root)

@@ -363,26 +363,7 @@ class ConsistencyTest(unittest.TestCase):
         self.doc(k8s["prod"], "NetworkPolicy", "gateway")["spec"]["ingress"] = [{"ports": [{"port": 8080}]}]
         self.assert_fails(self.failures(k8s=k8s), "prod/gateway: port 8080 must admit the ingress controller's namespace, not anyone")
 
-    # --- the dev overlay's copies of deploy/observability/ ----------------------------------
-
-    def test_drifted_or_missing_copy_fails(self) -> None:
-        with tempfile.TemporaryDirectory(prefix="sw-copies-") as tmp:
-            root = Path(tmp)
-            for rel in (consistency.OBSERVABILITY_DIR, consistency.COPIES_DIR):
-                shutil.copytree(ROOT / rel, root / rel)
-            report = consistency.Report()
-            consistency.check_copies(report, root)
-            self.assertEqual(report.failures, [], "the real copies are identical")
-            alerts = root / consistency.COPIES_DIR / "prometheus" / "alerts.yml"
-            alerts.write_text(alerts.read_text().replace("> 60", "> 600"))
-            new = root / consistency.OBSERVABILITY_DIR / "grafana" / "dashboards" / "new.json"
-            new.write_text("{}")
-            (root / consistency.COPIES_DIR / "stray.yaml").write_text("")
-            report = consistency.Report()
-            consistency.check_copies(report, root)
-            self.assert_fails(report.failures, "k8s/overlays/dev/infra/observability/prometheus/alerts.yml differs from deploy/observability/prometheus/alerts.yml")
-            self.assert_fails(report.failures, "k8s/overlays/dev/infra/observability/grafana/dashboards/new.json is missing")
-            self.assert_fails(report.failures, "k8s/overlays/dev/infra/observability/stray.yaml is a copy of nothing")
+    # --- the dev overlay's ConfigMaps of deploy/observability/ --------------------------------
 
     def test_rendered_configmap_drift_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
@@ -504,7 +485,7 @@ class ConsistencyTest(unittest.TestCase):
     def test_kafka_files_drifting_from_their_sources_fail(self) -> None:
         with tempfile.TemporaryDirectory(prefix="sw-kafka-") as tmp:
             root = Path(tmp)
-            for rel in ("deploy/kafka", "k8s/overlays/dev/infra/kafka", "scripts/lib"):
+            for rel in ("deploy/kafka", "scripts/lib"):
                 shutil.copytree(ROOT / rel, root / rel)
             shutil.copy2(ROOT / "services.toml", root / "services.toml")
             report = consistency.Report()
@@ -513,12 +494,12 @@ class ConsistencyTest(unittest.TestCase):
             # A new consumer in services.toml: its ACLs are missing from the committed file.
             toml = root / "services.toml"
             toml.write_text(toml.read_text().replace('consumes = []', 'consumes = ["order"]', 1))
-            start = root / "k8s/overlays/dev/infra/kafka/start.sh"
+            start = root / "deploy/kafka/start.sh"
             start.write_text(start.read_text().replace("allow.everyone.if.no.acl.found=false", "allow.everyone.if.no.acl.found=true"))
             report = consistency.Report()
             consistency.check_kafka_security(report, self.compose, {}, root)
             self.assert_fails(report.failures, "deploy/kafka/acls.txt differs from scripts/lib/kafka_acls.py's ACLs")
-            self.assert_fails(report.failures, "k8s/overlays/dev/infra/kafka/start.sh differs from deploy/kafka/start.sh")
+            self.assert_fails(report.failures, "deploy/kafka/start.sh: no allow.everyone.if.no.acl.found=false")
 
     def test_prometheus_variant_drift_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
@@ -1346,8 +1327,7 @@ class KafkaInitTest(unittest.TestCase):
         self.assertIn(".dlq", script)
 
     def test_start_script_is_valid_bash(self) -> None:
-        for rel in ("deploy/kafka/start.sh", "k8s/overlays/dev/infra/kafka/start.sh"):
-            subprocess.run(["bash", "-n", str(ROOT / rel)], check=True)
+        subprocess.run(["bash", "-n", str(ROOT / "deploy/kafka/start.sh")], check=True)
 
     def test_k8s_topics_job_creates_the_same_topics(self) -> None:
         compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["kafka-init"]["command"][0]

@@ -2,8 +2,8 @@
 # Starts single-node Apache Kafka (KRaft: broker and controller in one process) the way
 # scripts/kafka's secure mode runs it locally. It replaces the apache/kafka image's own
 # entrypoint in docker-compose.yml (`kafka`) and in the k8s dev overlay (StatefulSet
-# `kafka`, from a copy in k8s/overlays/dev/infra/kafka/ that deploy/consistency.py keeps
-# identical to this file), because the SCRAM users must exist when the storage is
+# `kafka`, this file as the ConfigMap `kafka-start` of the component
+# deploy/kafka/kustomization.yaml), because the SCRAM users must exist when the storage is
 # formatted, and the image's entrypoint formats without them.
 #
 #   client listener      SASL_SSL on $CLIENT_PORT: SCRAM-SHA-512 over TLS, the broker's

@@ -4,7 +4,7 @@
     python3 scripts/lib/wiring.py add <name>      (scripts/new-service runs it)
     python3 scripts/lib/wiring.py remove <name>   (scripts/remove-service runs it)
     python3 scripts/lib/wiring.py list <name>     the files it edits or creates
-    python3 scripts/lib/wiring.py acls            rewrite deploy/kafka/acls.txt (and its dev copy)
+    python3 scripts/lib/wiring.py acls            rewrite deploy/kafka/acls.txt
 
 Both read the service's [[service]] entry in services.toml (its ports, database, topics and
 the services it calls): `add` after new-service appended it, `remove` before
@@ -705,9 +705,9 @@ def created_files(e: Entry) -> dict[str, str]:
     return files
 
 
-# --- Kafka ACLs: deploy/kafka/acls.txt and its dev copy, from services.toml -----------------
+# --- Kafka ACLs: deploy/kafka/acls.txt, from services.toml ----------------------------------
 
-ACL_FILES = ("deploy/kafka/acls.txt", f"{INFRA}/kafka/acls.txt")
+ACL_FILES = ("deploy/kafka/acls.txt",)
 
 
 def write_acls(root: Path) -> None:
