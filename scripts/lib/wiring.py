@@ -593,13 +593,6 @@ DEPLOY_RS_SETTINGS = """\
             "{{name}}" => Service::of::<{{name}}::config::Settings>(name, http, grpc),
 """
 
-DEPLOY_RS_TEST = """\
-#[test]
-fn compose_and_k8s_env_of_{{name}}_loads_into_its_settings() {
-    deploy_env_loads_into_settings("{{name}}");
-}
-"""
-
 CARGO_WORKSPACE_DEP = """\
 {{name}} = { path = "services/{{name}}" }
 """
@@ -684,11 +677,10 @@ def edits(e: Entry) -> list[Block | Words | Line]:
         Block(f"{PROD}/managed-services/managed-egress.yaml", (), MANAGED_EGRESS),
         # people's table of the services (deploy/test_deploy.py holds it to services.toml)
         Line("docs/design.md", (r"^## Services, ports, config", r"^\| Kafka "), DESIGN_ROW),
-        # tests/system/deploy.rs: its Settings type and its env test; the crate as a dependency
+        # tests/system/deploy.rs: its Settings type (the env test covers every service); the
+        # crate as a dependency
         Block("tests/system/deploy.rs", (r"^fn services\(\)", r"^            other => panic!"), DEPLOY_RS_SETTINGS,
               comment="//", indent="            "),
-        Block("tests/system/deploy.rs", (r"^// --- the service template",), DEPLOY_RS_TEST, comment="//",
-              blank_after=True),
         Block("Cargo.toml", (r"^\[workspace.dependencies\]$", r"^$"), CARGO_WORKSPACE_DEP),
         Block("tests/Cargo.toml", (r"^\[dependencies\]$", r"^rdkafka"), CARGO_TESTS_DEP),
     ]

@@ -97,10 +97,9 @@ fn services() -> Vec<Service> {
             "order" => Service::of::<order::config::Settings>(name, http, grpc),
             "inventory" => Service::of::<inventory::config::Settings>(name, http, grpc),
             "payment" => Service::of::<payment::config::Settings>(name, http, grpc),
-            other => panic!(
-                "services.toml names {other}: add its Settings to tests/system/deploy.rs's services() \
-                 and a compose_and_k8s_env_of_{other}_loads_into_its_settings test"
-            ),
+            other => {
+                panic!("services.toml names {other}: add its Settings to tests/system/deploy.rs's services()")
+            }
         }
     };
     ServicesToml::workspace().services.iter().map(of).collect()
@@ -573,24 +572,15 @@ fn deploy_env_loads_into_settings(name: &str) {
     }
 }
 
+/// Every service of services.toml, in turn (one process: each load starts from no APP_*
+/// variable).
 #[test]
-fn compose_and_k8s_env_of_gateway_loads_into_its_settings() {
-    deploy_env_loads_into_settings("gateway");
-}
-
-#[test]
-fn compose_and_k8s_env_of_order_loads_into_its_settings() {
-    deploy_env_loads_into_settings("order");
-}
-
-#[test]
-fn compose_and_k8s_env_of_inventory_loads_into_its_settings() {
-    deploy_env_loads_into_settings("inventory");
-}
-
-#[test]
-fn compose_and_k8s_env_of_payment_loads_into_its_settings() {
-    deploy_env_loads_into_settings("payment");
+fn compose_and_k8s_env_of_every_service_loads_into_its_settings() {
+    let names: Vec<String> = services().into_iter().map(|s| s.name).collect();
+    assert!(names.len() >= 4, "services.toml's services: {names:?}");
+    for name in &names {
+        deploy_env_loads_into_settings(name);
+    }
 }
 
 #[test]
