@@ -31,9 +31,17 @@ struct Shared {
     settings: TlsSettings,
     provider: Arc<CryptoProvider>,
     current: RwLock<Arc<Material>>,
-    /// The files as last read, loaded or not: a rejected version is reported once, not
-    /// on every poll.
-    seen: Mutex<Files>,
+    /// What the polls have read so far.
+    seen: Mutex<Seen>,
+}
+
+/// The files as last settled (loaded, or reported unusable: a rejected version is
+/// reported once, not on every poll), and an unusable version read once and not yet
+/// reported: a certificate and key written one after the other can be read half
+/// written, so an unusable version counts only when the next poll reads it unchanged.
+struct Seen {
+    settled: Files,
+    unsettled: Option<Files>,
 }
 
 impl std::fmt::Debug for Identity {
@@ -77,7 +85,7 @@ impl Identity {
                 settings: settings.clone(),
                 provider,
                 current: RwLock::new(Arc::new(material)),
-                seen: Mutex::new(files),
+                seen: Mutex::new(Seen { settled: files, unsettled: None }),
             }),
         }))
     }
@@ -104,20 +112,31 @@ impl Identity {
         self.current().serial.clone()
     }
 
-    /// Reads the files again. When any of them changed since they were last read, parses
-    /// them as [`Identity::load`] does: on success they are what the next handshake uses
-    /// (`Ok(true)`); otherwise the error is logged and counted, and the material in use
-    /// stays (`Err`). Unchanged files: `Ok(false)`.
+    /// Reads the files again. When any of them changed since they were last settled,
+    /// parses them as [`Identity::load`] does: on success they are what the next
+    /// handshake uses (`Ok(true)`). Unusable files are reported (logged and counted, the
+    /// material in use stays: `Err`) only when the next call reads them unchanged: the
+    /// first time they may be a rotation caught half written (`Ok(false)`). Unchanged
+    /// files: `Ok(false)`.
     pub fn reload(&self) -> Result<bool, TlsError> {
         let shared = &self.shared;
         let service = shared.service.clone();
         let result = Files::read(&shared.settings).and_then(|files| {
             let mut seen = shared.seen.lock().unwrap_or_else(|p| p.into_inner());
-            if *seen == files {
+            if seen.settled == files {
                 return Ok(None);
             }
-            *seen = files.clone();
-            Material::parse(files, &shared.settings, &service, &shared.provider).map(Some)
+            match Material::parse(files.clone(), &shared.settings, &service, &shared.provider) {
+                Err(e) if seen.unsettled.as_ref() != Some(&files) => {
+                    tracing::debug!(%service, error = %e, "tls: the changed certificate files are not usable yet; read again at the next poll");
+                    seen.unsettled = Some(files);
+                    Ok(None)
+                }
+                parsed => {
+                    *seen = Seen { settled: files, unsettled: None };
+                    parsed.map(Some)
+                }
+            }
         });
         match result {
             Ok(None) => Ok(false),

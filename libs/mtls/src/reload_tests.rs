@@ -113,19 +113,35 @@ async fn new_handshakes_use_the_replaced_files_and_old_connections_stay() {
     echo(&mut after, b"after").await;
     echo(&mut before, b"the old connection still works").await;
 
+    // A rotation caught half written (the new certificate, still the old key) is neither
+    // loaded nor reported; once the key is written too, the pair is loaded.
+    let before_rotation = payment.serial();
+    let next = ca.issue("payment", "sagaworks").unwrap();
+    replace(&dir.0, "payment.pem", next.cert_pem.as_bytes());
+    assert!(!payment.reload().unwrap(), "half written: read again at the next poll");
+    assert_eq!(payment.serial(), before_rotation);
+    replace(&dir.0, "payment-key.pem", next.key_pem.as_bytes());
+    assert!(payment.reload().unwrap(), "the whole pair is loaded");
+    assert_ne!(payment.serial(), before_rotation);
+
     // Broken files keep what is in use: garbage, then a key that is not the certificate's.
     let serial = payment.serial();
+    // Each is reported when a second read finds it unchanged (the first may be a
+    // rotation caught half written), and once only.
     replace(&dir.0, "payment.pem", b"not a certificate");
+    assert!(!payment.reload().unwrap(), "not reported at the first read");
     assert!(matches!(payment.reload(), Err(TlsError::NoCertificate { .. })));
     assert!(!payment.reload().unwrap(), "a rejected version is not tried again");
     let other = ca.issue("payment", "sagaworks").unwrap();
     replace(&dir.0, "payment.pem", other.cert_pem.as_bytes());
+    assert!(!payment.reload().unwrap());
     let err = payment.reload().unwrap_err();
     assert!(err.to_string().contains("not the key of the certificate"), "{err}");
     // Another trust domain, or another service's name: refused too.
     let foreign = ca.issue("payment", "elsewhere").unwrap();
     replace(&dir.0, "payment-key.pem", foreign.key_pem.as_bytes());
     replace(&dir.0, "payment.pem", foreign.cert_pem.as_bytes());
+    assert!(!payment.reload().unwrap());
     assert!(matches!(payment.reload(), Err(TlsError::NoIdentity { .. })));
     assert_eq!(payment.serial(), serial);
     let (mut still, _) = connect(&order, port).await.unwrap();
