@@ -43,25 +43,25 @@ impl DevCa {
     /// A certificate for `service`: URI SAN `spiffe://<trust_domain>/<service>`, DNS SANs
     /// `service` and `localhost`, IP SAN 127.0.0.1, usable by a server and a client.
     pub fn issue(&self, service: &str, trust_domain: &str) -> Result<Issued, Error> {
-        let mut params =
-            CertificateParams::new(vec![service.to_owned(), "localhost".into(), "127.0.0.1".into()])?;
-        params.distinguished_name.push(DnType::CommonName, service);
-        params.subject_alt_names.push(SanType::URI(spiffe_id(trust_domain, service).try_into()?));
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages =
-            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-        let key = KeyPair::generate()?;
-        let cert = params.signed_by(&key, &self.issuer)?;
-        Ok(Issued { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+        self.sign(service, Some(spiffe_id(trust_domain, service)))
     }
 
     /// A certificate for the host `name` outside the services' trust domain (Kafka's
     /// nodes): common name `name`, DNS SANs `name` and `localhost`, IP SAN 127.0.0.1,
     /// no SPIFFE identity, usable by a server and a client. Its key is PKCS#8.
     pub fn issue_node(&self, name: &str) -> Result<Issued, Error> {
+        self.sign(name, None)
+    }
+
+    /// A certificate for `name` (common name, DNS SANs `name` and `localhost`, IP SAN
+    /// 127.0.0.1) with the URI SAN `uri` if any, usable by a server and a client.
+    fn sign(&self, name: &str, uri: Option<String>) -> Result<Issued, Error> {
         let mut params =
             CertificateParams::new(vec![name.to_owned(), "localhost".into(), "127.0.0.1".into()])?;
         params.distinguished_name.push(DnType::CommonName, name);
+        if let Some(uri) = uri {
+            params.subject_alt_names.push(SanType::URI(uri.try_into()?));
+        }
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages =
             vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
