@@ -6,6 +6,7 @@
 use crate::fixture::SeedPlan;
 use crate::load::LoadPlan;
 use crate::open_loop::{Bound, OpenPlan};
+use crate::pg::{Databases, PgServer};
 use crate::{Target, Tokens, ToolError};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -287,6 +288,18 @@ pub struct LoadArgs {
     pub gateway: GatewayArgs,
 }
 
+/// `--pg-server SERVICE=URL`: SERVICE is one of [`Databases::SERVICES`].
+fn parse_pg_server(s: &str) -> Result<PgServer, String> {
+    let (service, url) = s.split_once('=').ok_or_else(|| format!("expected SERVICE=URL, got {s:?}"))?;
+    if !Databases::SERVICES.contains(&service) {
+        return Err(format!("unknown service {service:?}: one of {}", Databases::SERVICES.join(", ")));
+    }
+    if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+        return Err(format!("{service}'s server is not a postgres:// URL: {url:?}"));
+    }
+    Ok(PgServer { service: service.to_owned(), url: url.to_owned() })
+}
+
 /// `--sweep FROM:TO:STEP`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sweep {
@@ -349,6 +362,10 @@ pub struct LedgerArgs {
     #[arg(long, value_name = "URL", default_value = DEFAULT_PG)]
     pub pg_admin: String,
 
+    /// The server of SERVICE's database when it is not --pg-admin's, as SERVICE=URL (repeatable).
+    #[arg(long = "pg-server", value_name = "SERVICE=URL", value_parser = parse_pg_server)]
+    pub pg_servers: Vec<PgServer>,
+
     /// The service databases are <P>_order, <P>_inventory, <P>_payment.
     #[arg(long, value_name = "P", default_value = "sagaworks")]
     pub db_prefix: String,
@@ -368,6 +385,10 @@ pub struct CheckArgs {
     /// The PostgreSQL server of the service databases, as a URL.
     #[arg(long, value_name = "URL", default_value = DEFAULT_PG)]
     pub pg_admin: String,
+
+    /// The server of SERVICE's database when it is not --pg-admin's, as SERVICE=URL (repeatable).
+    #[arg(long = "pg-server", value_name = "SERVICE=URL", value_parser = parse_pg_server)]
+    pub pg_servers: Vec<PgServer>,
 
     /// The service databases are <P>_order, <P>_inventory, <P>_payment.
     #[arg(long, value_name = "P", default_value = "sagaworks")]
@@ -590,6 +611,44 @@ mod tests {
         assert_eq!(load.target, Target::Temporal { url: "http://h/x".into() });
         assert!(parse(&["load", "--fixture", "f", "--target", "cadence=http://h/x"]).is_err());
         assert!(parse(&["seed", "--out", "f", "--target", "gateway"]).is_err());
+    }
+
+    #[test]
+    fn each_service_database_may_name_its_own_server() {
+        let Command::Check(check) = parse(&[
+            "check",
+            "--fixture",
+            "f",
+            "--pg-server",
+            "order=postgres://postgres@10.96.0.11:5432/postgres",
+            "--pg-server",
+            "payment=postgres://postgres@10.96.0.12:5432/postgres",
+        ])
+        .unwrap() else {
+            panic!("not check")
+        };
+        assert_eq!(
+            check.pg_servers,
+            [
+                PgServer {
+                    service: "order".into(),
+                    url: "postgres://postgres@10.96.0.11:5432/postgres".into()
+                },
+                PgServer {
+                    service: "payment".into(),
+                    url: "postgres://postgres@10.96.0.12:5432/postgres".into()
+                },
+            ]
+        );
+        let Command::Ledger(ledger) =
+            parse(&["ledger", "--pg-server", "inventory=postgresql://h/postgres"]).unwrap()
+        else {
+            panic!("not ledger")
+        };
+        assert_eq!(ledger.pg_servers.len(), 1);
+        assert!(parse(&["ledger", "--pg-server", "gateway=postgres://h/postgres"]).is_err());
+        assert!(parse(&["ledger", "--pg-server", "order"]).is_err());
+        assert!(parse(&["ledger", "--pg-server", "order=http://h"]).is_err());
     }
 
     #[test]

@@ -47,7 +47,7 @@ fn read(path: &Path) -> Result<String, ToolError> {
 }
 
 async fn ledger(args: LedgerArgs) -> Result<ExitCode, ToolError> {
-    let dbs = Databases::connect(&args.pg_admin, &args.db_prefix).await?;
+    let dbs = Databases::connect(&args.pg_admin, &args.db_prefix, &args.pg_servers).await?;
     for (service, pool) in dbs.all() {
         sagaworks_outbox::ledger::install(pool).await?;
         println!("outbox ledger installed on {}_{service}", args.db_prefix);
@@ -247,13 +247,26 @@ async fn run_open_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
         "rate/s", "sent", "sagas/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "errors", "waited", "CPU ms"
     );
     let mut last_cpu = CpuTimes::read();
-    let (steps, knee) = open_loop::sweep(&rates, &args.open_plan(rates[0]), bound, send, |step, missed| {
-        let now = CpuTimes::read();
-        let cpu = last_cpu.zip(now).map(|(before, after)| after.since(&before));
-        last_cpu = now;
-        print_step(step, cpu, missed);
-    })
-    .await;
+    // SIGTERM ends the run early, with its report (scripts/test-k8s stops the
+    // load once its rolling restarts are done).
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| ToolError::Usage(format!("cannot listen for SIGTERM: {e}")))?;
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            term.recv().await;
+            stop.cancel();
+        }
+    });
+    let (steps, knee) =
+        open_loop::sweep(&rates, &args.open_plan(rates[0]), bound, send, &stop, |step, missed| {
+            let now = CpuTimes::read();
+            let cpu = last_cpu.zip(now).map(|(before, after)| after.since(&before));
+            last_cpu = now;
+            print_step(step, cpu, missed);
+        })
+        .await;
     let commits = commits_since(&admin, commits_before).await?;
     let completed: u64 = steps.iter().map(StepReport::completed).sum();
     println!(
@@ -300,7 +313,7 @@ async fn run_check(args: CheckArgs) -> Result<ExitCode, ToolError> {
         kills_under_load: args.min_kills_under_load,
     };
 
-    let dbs = Databases::connect(&args.pg_admin, &args.db_prefix).await?;
+    let dbs = Databases::connect(&args.pg_admin, &args.db_prefix, &args.pg_servers).await?;
     let customers = check::uuids("fixture customer", fixture.customers.iter().map(|c| c.id.as_str()))?;
     let accepted = check::uuids("accepted order", accepted.iter().map(String::as_str))?;
     let mut verdicts: Vec<Verdict> = Vec::new();

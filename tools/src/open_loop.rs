@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// What one request came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,8 +116,8 @@ impl StepReport {
 }
 
 /// Sends `plan.rate` requests a second for `plan.duration` (each made by
-/// `send`), then waits for the last answers.
-pub async fn run<F, Fut>(plan: &OpenPlan, send: F) -> StepReport
+/// `send`), or until `stop` is cancelled, then waits for the last answers.
+pub async fn run<F, Fut>(plan: &OpenPlan, send: F, stop: &CancellationToken) -> StepReport
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Sample> + Send + 'static,
@@ -129,7 +130,10 @@ where
     let start = Instant::now();
     for i in 0..total {
         let intended = start + interval.mul_f64(i as f64);
-        tokio::time::sleep_until(intended).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(intended) => {}
+            () = stop.cancelled() => break,
+        }
         let slot = match Arc::clone(&slots).try_acquire_owned() {
             Ok(slot) => slot,
             Err(_) => {
@@ -193,13 +197,14 @@ pub fn rates(from: f64, to: f64, step: f64) -> Vec<f64> {
 }
 
 /// Runs each rate of `rates` in turn (calling `each` with every step's
-/// report) until one misses `bound`; returns all the steps and the knee (the
-/// last rate that met it).
+/// report) until one misses `bound` or `stop` is cancelled; returns all the
+/// steps and the knee (the last rate that met it).
 pub async fn sweep<F, Fut>(
     rates: &[f64],
     plan: &OpenPlan,
     bound: Bound,
     send: F,
+    stop: &CancellationToken,
     mut each: impl FnMut(&StepReport, Option<&str>),
 ) -> (Vec<StepReport>, Option<f64>)
 where
@@ -209,11 +214,11 @@ where
     let mut steps = Vec::new();
     let mut knee = None;
     for &rate in rates {
-        let step = run(&OpenPlan { rate, ..plan.clone() }, &send).await;
+        let step = run(&OpenPlan { rate, ..plan.clone() }, &send, stop).await;
         let missed = bound.missed_by(&step);
         each(&step, missed.as_deref());
         steps.push(step);
-        if missed.is_some() {
+        if missed.is_some() || stop.is_cancelled() {
             break;
         }
         knee = Some(rate);
@@ -270,7 +275,7 @@ mod tests {
         let downstream =
             Downstream { service: Duration::from_millis(10), stall: None, calls: Default::default() };
         let plan = OpenPlan { rate: 100.0, duration: Duration::from_secs(10), max_in_flight: 10_000 };
-        let report = run(&plan, || downstream.send()).await;
+        let report = run(&plan, || downstream.send(), &CancellationToken::new()).await;
         assert_eq!(report.sent, 1_000);
         assert_eq!(*downstream.calls.lock().unwrap(), 1_000);
         assert_eq!(report.completed(), 1_000);
@@ -279,6 +284,27 @@ mod tests {
         // The last request is intended at 9.99 s and answered 10 ms later.
         assert_eq!(report.elapsed, Duration::from_secs(10));
         assert_eq!(report.waited_for_slot, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_ends_the_sending_and_waits_for_the_answers_in_flight() {
+        let downstream =
+            Downstream { service: Duration::from_millis(500), stall: None, calls: Default::default() };
+        let plan = OpenPlan { rate: 100.0, duration: Duration::from_secs(10), max_in_flight: 10_000 };
+        let stop = CancellationToken::new();
+        let start = Instant::now();
+        tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                tokio::time::sleep_until(start + Duration::from_millis(2_995)).await;
+                stop.cancel();
+            }
+        });
+        let report = run(&plan, || downstream.send(), &stop).await;
+        // Sent at 0, 10 ms, ..., 2.99 s; each of them answered.
+        assert_eq!(report.sent, 300);
+        assert_eq!(report.completed(), 300);
+        assert_eq!(report.elapsed, Duration::from_millis(3_490));
     }
 
     #[tokio::test(start_paused = true)]
@@ -291,7 +317,7 @@ mod tests {
         let downstream =
             Downstream { service: Duration::from_millis(10), stall: Some(stall), calls: Default::default() };
         let plan = OpenPlan { rate: 100.0, duration: Duration::from_secs(10), max_in_flight: 10_000 };
-        let report = run(&plan, || downstream.send()).await;
+        let report = run(&plan, || downstream.send(), &CancellationToken::new()).await;
         assert_eq!(report.completed(), 1_000);
         // Held up: those whose answer fell in [5 s, 6 s), i.e. intended in [4.99 s, 5.99 s).
         let held = report.latency.count_between(11_000, 2_000_000);
@@ -310,7 +336,7 @@ mod tests {
         let downstream =
             Downstream { service: Duration::from_millis(100), stall: None, calls: Default::default() };
         let plan = OpenPlan { rate: 100.0, duration: Duration::from_secs(1), max_in_flight: 2 };
-        let report = run(&plan, || downstream.send()).await;
+        let report = run(&plan, || downstream.send(), &CancellationToken::new()).await;
         assert_eq!(report.sent, 100);
         assert_eq!(report.completed(), 100);
         // All but the first two found both slots taken.
@@ -334,6 +360,7 @@ mod tests {
             &plan,
             bound,
             || downstream.send(),
+            &CancellationToken::new(),
             |s, missed| seen.push((s.rate, missed.map(str::to_owned))),
         )
         .await;

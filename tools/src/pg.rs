@@ -21,12 +21,26 @@ pub async fn connect(admin_url: &str, db: &str) -> Result<PgPool, ToolError> {
     Ok(PgPoolOptions::new().max_connections(2).connect_with(options).await?)
 }
 
+/// The server of one service's database when it is not the default one
+/// (`--pg-server SERVICE=URL`): each service has a server of its own in the
+/// Kubernetes dev overlay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgServer {
+    pub service: String,
+    pub url: String,
+}
+
 impl Databases {
-    pub async fn connect(admin_url: &str, prefix: &str) -> Result<Self, ToolError> {
+    pub const SERVICES: [&'static str; 3] = ["order", "inventory", "payment"];
+
+    /// Connects to `<prefix>_<service>` of each service, on the server `servers`
+    /// names for it, else on `admin_url`'s.
+    pub async fn connect(admin_url: &str, prefix: &str, servers: &[PgServer]) -> Result<Self, ToolError> {
+        let server = |service: &str| server_of(admin_url, servers, service);
         Ok(Self {
-            order: connect(admin_url, &format!("{prefix}_order")).await?,
-            inventory: connect(admin_url, &format!("{prefix}_inventory")).await?,
-            payment: connect(admin_url, &format!("{prefix}_payment")).await?,
+            order: connect(server("order"), &format!("{prefix}_order")).await?,
+            inventory: connect(server("inventory"), &format!("{prefix}_inventory")).await?,
+            payment: connect(server("payment"), &format!("{prefix}_payment")).await?,
         })
     }
 
@@ -34,6 +48,11 @@ impl Databases {
     pub fn all(&self) -> [(&'static str, &PgPool); 3] {
         [("order", &self.order), ("inventory", &self.inventory), ("payment", &self.payment)]
     }
+}
+
+/// The server of `service`'s database: the last of `servers` naming it, else `admin_url`.
+pub fn server_of<'a>(admin_url: &'a str, servers: &'a [PgServer], service: &str) -> &'a str {
+    servers.iter().rev().find(|s| s.service == service).map_or(admin_url, |s| s.url.as_str())
 }
 
 /// Transactions committed on the whole server so far (`pg_stat_database`),
@@ -54,4 +73,22 @@ pub async fn commits_by_database(
             .fetch_all(pool)
             .await?;
     Ok(rows.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_service_uses_its_own_server_when_one_is_named() {
+        let servers = [
+            PgServer { service: "order".into(), url: "postgres://o1".into() },
+            PgServer { service: "payment".into(), url: "postgres://p".into() },
+            PgServer { service: "order".into(), url: "postgres://o2".into() },
+        ];
+        assert_eq!(server_of("postgres://admin", &servers, "order"), "postgres://o2");
+        assert_eq!(server_of("postgres://admin", &servers, "payment"), "postgres://p");
+        assert_eq!(server_of("postgres://admin", &servers, "inventory"), "postgres://admin");
+        assert_eq!(server_of("postgres://admin", &[], "order"), "postgres://admin");
+    }
 }
