@@ -182,7 +182,7 @@ SW_K8S_ETCD_VERSION=v3.6.17
 SW_K8S_COREDNS_VERSION=v1.14.7
 SW_K8S_KNP_VERSION=v0.8.0
 SW_K8S_PAUSE_IMAGE=sagaworks.local/pause:3.10
-SW_K8S_PROBE_IMAGE=sagaworks.local/k8s-probe:1
+SW_K8S_PROBE_IMAGE=sagaworks.local/k8s-probe:2
 
 # Builds <what> into <name>-<version>-<hash of the files given> unless it is there.
 sw_k8s_built() { # what, name, version, label, files...

@@ -188,3 +188,22 @@ sw_k8s_deploy() { # overlay dir (default k8s/overlays/local)
     sw_k8s_pods_report || die "a pod is neither Ready nor Succeeded"
     say "deployed in $((SECONDS - SW_K8S_APPLIED))s from the apply until every Pod was Ready"
 }
+
+# Deletes the namespace of <overlay> (default k8s/overlays/local) and waits until it is gone,
+# then its PersistentVolumes and their directories: the next deploy starts from empty
+# databases and an empty broker.
+sw_k8s_undeploy() { # overlay dir
+    local overlay="${1:-$ROOT/k8s/overlays/local}" ns pv
+    [ -f "$overlay/kustomization.yaml" ] || die "no kustomization.yaml in $overlay"
+    pid_of kube-apiserver >/dev/null || die "the cluster does not run (scripts/k8s up)"
+    ns="$(kubectl_ kustomize "$overlay" | python3 -c 'import sys, yaml; print(next(d["metadata"]["name"] for d in list(yaml.safe_load_all(sys.stdin)) if d and d["kind"] == "Namespace"))')" ||
+        die "no Namespace in $overlay"
+    kubectl_ delete namespace "$ns" --ignore-not-found --wait=true --timeout=300s >/dev/null ||
+        die "namespace $ns is not gone after 300s"
+    for pv in $(kubectl_ get pv -l app.kubernetes.io/managed-by=sagaworks-k8s \
+        -o jsonpath="{range .items[?(@.spec.claimRef.namespace==\"$ns\")]}{.metadata.name}{\"\\n\"}{end}"); do
+        kubectl_ delete pv "$pv" --wait=true >/dev/null
+    done
+    rm -rf "${STATE:?}/volumes/$ns"
+    say "namespace $ns, its volumes and their data removed"
+}
