@@ -57,15 +57,13 @@ What it asserts, per service of services.toml:
   deploy/kafka/start.sh with SASL_SSL, an SSL controller listener
   with client certificates, the StandardAuthorizer and no access without an ACL; a SCRAM
   user per backend whose password is the one the backend uses; the backends on
-  sasl_ssl as themselves; deploy/kafka/acls.txt exactly
-  scripts/lib/kafka_acls.py's ACLs, applied by the init step; the broker's Certificate
+  sasl_ssl as themselves; deploy/kafka/acls.txt (scripts/generate writes it from
+  scripts/lib/kafka_acls.py) applied by the init step; the broker's Certificate
   (CN=kafka, a super user) from a Kafka CA apart from the services' CA: in compose the
   broker's TLS_CA_FILE is no service's APP_TLS__CA_FILE, and the backends and the init
   step verify the broker with it; in the dev overlay its Issuer is a CA Issuer of its own
   that issues no other Certificate, and the backends' APP_KAFKA__SSL_CA_FILE is ca.crt of
   the broker's Secret.
-
-`consistency.py --write-kafka-acls` (re)writes deploy/kafka/acls.txt.
 
 Needs python3 and PyYAML. Exit status 0 if every check passed, 1 otherwise.
 """
@@ -1131,20 +1129,6 @@ def check_local_images(
 KAFKA_DIR = Path("deploy/kafka")
 #: The ACL file's stand-in for the topic prefix (the init step substitutes TOPIC_PREFIX).
 ACL_PREFIX = "@PREFIX@"
-KAFKA_ACLS_HEADER = """\
-# The Kafka ACLs of the services, generated: do not edit. Regenerate with
-#   python3 deploy/consistency.py --write-kafka-acls
-# deploy/consistency.py fails when it differs from scripts/lib/kafka_acls.py's output.
-#
-# Committed rather than generated at deploy time: the Kafka image has no python, and
-# kustomize reads only committed files (the k8s dev overlay's ConfigMap comes from the
-# component deploy/kafka/kustomization.yaml); compose mounts this same file, so both apply
-# one list. @PREFIX@ stands for the topic prefix: the init step (compose `kafka-init`, the
-# k8s Job `kafka-topics`) replaces it with its TOPIC_PREFIX, the services'
-# APP_KAFKA__TOPIC_PREFIX.
-#
-# One kafka-acls.sh call per line: principal|resource type|pattern type|operations|resources
-"""
 
 
 def _kafka_acls_module(root: Path) -> Any:
@@ -1162,12 +1146,6 @@ def kafka_users(root: Path = ROOT) -> list[str]:
     return [s.name for s in module.backends(str(root / "services.toml"))]
 
 
-def kafka_acls_text(root: Path = ROOT) -> str:
-    """deploy/kafka/acls.txt as it must be: the header and `kafka_acls.py acls services.toml @PREFIX@`."""
-    module = _kafka_acls_module(root)
-    return KAFKA_ACLS_HEADER + "\n".join(module.acls(module.backends(str(root / "services.toml")), ACL_PREFIX)) + "\n"
-
-
 def _env_ref(item: dict[str, Any]) -> tuple[str | None, str | None]:
     ref = (item.get("valueFrom") or {}).get("secretKeyRef") or {}
     return ref.get("name"), ref.get("key")
@@ -1180,14 +1158,9 @@ def check_kafka_security(
     script deploy/kafka/start.sh, a SCRAM user per backend with the password the backend
     uses, SASL_SSL clients, the ACLs of scripts/lib/kafka_acls.py applied by the init step."""
     users = kafka_users(root)
-    want_acls = kafka_acls_text(root)
+    # Its lines are scripts/lib/kafka_acls.py's for services.toml (scripts/generate --check).
+    want_acls = (root / KAFKA_DIR / "acls.txt").read_text()
     start = (root / KAFKA_DIR / "start.sh").read_text()
-    path = root / KAFKA_DIR / "acls.txt"
-    report.check(
-        path.is_file() and path.read_text() == want_acls,
-        f"{KAFKA_DIR / 'acls.txt'} differs from scripts/lib/kafka_acls.py's ACLs of services.toml: "
-        "run python3 deploy/consistency.py --write-kafka-acls",
-    )
     for setting in ("listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SSL",
                     "listener.name.controller.ssl.client.auth=required", "ssl.keystore.type=PEM",
                     "ssl.truststore.type=PEM", "allow.everyone.if.no.acl.found=false",
@@ -1377,11 +1350,6 @@ def _check_kafka_issuer(report: Report, docs: list[dict[str, Any]], spec: dict[s
             f"{where}: its Issuer {issuer_name} (CA {ca_secret}) also issues Certificate {name}: the Kafka "
             "nodes' CA must issue nothing else (CN=kafka is a super user of the broker)",
         )
-
-
-def write_kafka_acls(root: Path = ROOT) -> None:
-    (root / KAFKA_DIR / "acls.txt").write_text(kafka_acls_text(root))
-    print(f"wrote {KAFKA_DIR / 'acls.txt'}")
 
 
 def tested_releases(root: Path) -> dict[str, str]:
@@ -1686,9 +1654,6 @@ def run(keys_path: Path, compose_path: Path, k8s: dict[str, Path]) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if (argv if argv is not None else sys.argv[1:]) == ["--write-kafka-acls"]:
-        write_kafka_acls()
-        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=Path, required=True, help="deploy/config-keys.txt")
     parser.add_argument("--compose", type=Path, required=True, help="output of `docker-compose config`")
