@@ -3,7 +3,7 @@
 
 * services.toml names exactly the directories under services/ and is well formed (what
   is generated from it, docs/design.md's table among them: deploy/test_generate.py);
-* consistency.py passes on the real compose file and overlays, and catches each kind of
+* deploy/tidy/ passes on the real compose file and overlays, and catches each kind of
   drift it is meant to catch (every negative case breaks one real rendering);
 * deploy/http-probe against a real HTTP server (2xx, 503, 404, hung server, no server);
 * deploy/postgres/init.sql in a throw-away PostgreSQL cluster: roles, passwords, one
@@ -11,14 +11,14 @@
   init-service-role.sql, fed the URLs of the overlay's own database Secrets;
 * the kafka-init script in docker-compose.yml is valid bash, and the dev overlay's
   kafka-topics Job creates the same topics and applies the same ACL file, as admin over
-  SASL_SSL; the Kafka security checks of consistency.py catch their drift;
+  SASL_SSL; the Kafka security checks of deploy/tidy/ catch their drift;
 * the prod overlay's managed-services example component still renders and passes the checks;
 * the CI pipelines: a workflow per service of services.toml and none for another (the
   checker's negatives), and the release's kustomization (deploy/release_images.py) pinning
   every image by digest;
 * scripts/new-service in a copy of the repository: the service's workflow and the
-  deployment scripts/generate writes for it pass consistency.py, and scripts/remove-service leaves the copy byte for byte as it
-  was (scripts/test-new-service also builds it and runs it in dev-up);
+  deployment scripts/generate writes for it pass deploy/tidy/, and scripts/remove-service
+  leaves the copy byte for byte as it was (scripts/test-new-service also builds it and runs it in dev-up);
 * the Docker build context that .dockerignore leaves is a complete cargo workspace, with
   everything the build reads (proto/, migrations/, deploy/http-probe) and nothing else.
 * deploy/image_pins.py lists every registry image reference without a digest (and only
@@ -57,11 +57,14 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "deploy"))
 
-import consistency  # noqa: E402
+from tidy import common, ingress, kafka_security, local_images, service_pods, telemetry_releases  # noqa: E402
+from tidy import main as tidy_main  # noqa: E402
+from tidy import workflows as tidy_workflows  # noqa: E402
+from tidy import workloads  # noqa: E402
 
 PROBE = ROOT / "deploy" / "http-probe"
-#: services.toml (via consistency.py): the services, those with a database, every topic.
-SERVICES = consistency.SPECS
+#: services.toml (via deploy/tidy/common.py): the services, those with a database, every topic.
+SERVICES = common.SPECS
 DB_SERVICES = {name: spec.database for name, spec in SERVICES.items() if spec.database is not None}
 AGGREGATES = [topic for spec in SERVICES.values() for topic in spec.topics]
 INIT_SQL = ROOT / "deploy" / "postgres" / "init.sql"
@@ -89,15 +92,14 @@ def render_overlay(name: str) -> list[dict]:
 class ConsistencyTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
-        cls.keys = consistency.load_keys(ROOT / "deploy" / "config-keys.txt")
+        cls.keys = common.load_keys(ROOT / "deploy" / "config-keys.txt")
         cls.compose = render_compose()
         cls.k8s = {"dev": render_overlay("dev"), "prod": render_overlay("prod")}
 
     def failures(self, compose=None, k8s=None) -> list[str]:
-        report = consistency.check_all(
+        return tidy_main.check_all(
             self.keys, compose if compose is not None else self.compose, k8s if k8s is not None else self.k8s
         )
-        return report.failures
 
     def assert_fails(self, failures: list[str], needle: str) -> None:
         self.assertTrue(any(needle in f for f in failures), f"expected a failure with {needle!r}, got {failures}")
@@ -291,9 +293,9 @@ class ConsistencyTest(unittest.TestCase):
         payment_db["spec"]["ingress"][0]["from"].append({"namespaceSelector": {}})
         failures = self.failures(k8s=k8s)
         self.assert_fails(failures, "dev/StatefulSet/order-db: port 5432 must admit exactly ['order'], admits ['inventory', 'order']")
-        clients = sorted(consistency.KAFKA_CLIENTS)
+        clients = sorted(common.KAFKA_CLIENTS)
         self.assert_fails(failures, f"dev/StatefulSet/kafka: port 9092 must admit exactly {sorted([*clients, 'kafka-topics'])}, "
-                                    f"admits {sorted(consistency.SERVICES)}")
+                                    f"admits {sorted(common.SERVICES)}")
         self.assert_fails(failures, "dev/StatefulSet/payment-db: port 5432 is reachable from outside the namespace (['ns:*'])")
 
     def test_scraping_from_elsewhere_in_dev_fails(self) -> None:
@@ -385,7 +387,7 @@ class ConsistencyTest(unittest.TestCase):
         self.pod(k8s["dev"], "Deployment", "otel-collector")["containers"][0]["image"] = (
             "otel/opentelemetry-collector-contrib:0.165")
         failures = self.failures(compose=compose, k8s=k8s)
-        releases = consistency.tested_releases(ROOT)
+        releases = telemetry_releases.tested_releases(ROOT)
         self.assertEqual(set(releases), {"jaeger", "otel-collector"})
         self.assert_fails(failures, "compose/jaeger: image must be jaegertracing/jaeger:" + releases["jaeger"])
         self.assert_fails(failures, "compose/jaeger: must run --config=/etc/jaeger/config.yaml")
@@ -405,9 +407,9 @@ class ConsistencyTest(unittest.TestCase):
         self.assertFalse([f for f in failures if f.startswith("compose/kafka:")], failures)
 
     def test_a_local_image_of_another_release_or_a_pulled_one_fails(self) -> None:
-        local = yaml.safe_load((ROOT / consistency.LOCAL_COMPOSE).read_text())
-        report = consistency.Report()
-        consistency.check_local_images(report, self.compose, ROOT, local)
+        local = yaml.safe_load((ROOT / local_images.LOCAL_COMPOSE).read_text())
+        report = common.Report()
+        local_images.check_local_images(report, self.compose, ROOT, local)
         self.assertEqual(report.failures, [])
         services = local["services"]
         services["postgres"]["image"] = "sagaworks-local/postgres:15"
@@ -419,8 +421,8 @@ class ConsistencyTest(unittest.TestCase):
         services["grafana"] = {"image": "sagaworks-local/grafana:12"}
         compose = copy.deepcopy(self.compose)
         del compose["services"]["grafana"]["profiles"]
-        report = consistency.Report()
-        consistency.check_local_images(report, compose, ROOT, local)
+        report = common.Report()
+        local_images.check_local_images(report, compose, ROOT, local)
         failures = report.failures
         self.assert_fails(failures, "local.yml/postgres: image must be sagaworks-local/postgres:17")
         self.assert_fails(failures, "local.yml/kafka-init: image must be sagaworks-local/kafka:4.4.0")
@@ -457,7 +459,7 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "dev: ConfigMap kafka-acls key acls.txt differs from deploy/kafka/acls.txt")
 
     def test_kafka_nodes_certificate_from_the_services_ca_fails(self) -> None:
-        services_ca = next(v for v in self.compose["services"]["order"]["volumes"] if consistency._compose_mount(v)[0] == "/certs/ca.pem")
+        services_ca = next(v for v in self.compose["services"]["order"]["volumes"] if common._compose_mount(v)[0] == "/certs/ca.pem")
         # The broker trusts (and its certificate comes from) the services' CA file.
         compose = copy.deepcopy(self.compose)
         compose["services"]["kafka"]["environment"]["TLS_CA_FILE"] = "/certs/ca.pem"
@@ -488,13 +490,13 @@ class ConsistencyTest(unittest.TestCase):
             for rel in ("deploy/kafka", "scripts/lib"):
                 shutil.copytree(ROOT / rel, root / rel)
             shutil.copy2(ROOT / "services.toml", root / "services.toml")
-            report = consistency.Report()
-            consistency.check_kafka_security(report, self.compose, {}, root)
+            report = common.Report()
+            kafka_security.check_kafka_security(report, self.compose, {}, root)
             self.assertEqual(report.failures, [], "the real files agree")
             start = root / "deploy/kafka/start.sh"
             start.write_text(start.read_text().replace("allow.everyone.if.no.acl.found=false", "allow.everyone.if.no.acl.found=true"))
-            report = consistency.Report()
-            consistency.check_kafka_security(report, self.compose, {}, root)
+            report = common.Report()
+            kafka_security.check_kafka_security(report, self.compose, {}, root)
             self.assert_fails(report.failures, "deploy/kafka/start.sh: no allow.everyone.if.no.acl.found=false")
 
     def test_prometheus_variant_drift_fails(self) -> None:
@@ -522,13 +524,13 @@ class ConsistencyTest(unittest.TestCase):
             f.write("APP_HTTP__PORT gateway\nAPP_X__Y nosuchservice\n")
             f.flush()
             with self.assertRaisesRegex(ValueError, ":2: expected"):
-                consistency.load_keys(Path(f.name))
+                common.load_keys(Path(f.name))
 
     def test_keys_file_groups_stand_for_services_toml(self) -> None:
         with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
             f.write("APP_HTTP__PORT @all\nAPP_GRPC__PORT @backends\nAPP_AUTH__JWKS_URL gateway\n")
             f.flush()
-            keys = consistency.load_keys(Path(f.name))
+            keys = common.load_keys(Path(f.name))
         self.assertEqual(keys["APP_HTTP__PORT"], set(SERVICES))
         self.assertEqual(keys["APP_GRPC__PORT"], {n for n, s in SERVICES.items() if s.kind == "backend"})
         self.assertEqual(keys["APP_AUTH__JWKS_URL"], {"gateway"})
@@ -539,7 +541,7 @@ class ServicesFileTest(unittest.TestCase):
 
     def test_services_toml_names_exactly_the_service_directories(self) -> None:
         directories = {p.name for p in (ROOT / "services").iterdir() if p.is_dir()}
-        listed = set(consistency.load_services(ROOT / "services.toml"))
+        listed = set(common.load_services(ROOT / "services.toml"))
         self.assertEqual(
             sorted(directories - listed), [],
             "directories under services/ that services.toml does not name (add a [[service]] table)",
@@ -566,21 +568,21 @@ class ServicesFileTest(unittest.TestCase):
                 f.write(text)
                 f.flush()
                 with self.assertRaisesRegex(ValueError, needle):
-                    consistency.load_services(Path(f.name))
+                    common.load_services(Path(f.name))
 
 
 class WorkflowsTest(unittest.TestCase):
-    """The CI pipelines of .github/workflows/: one per service of services.toml (consistency.py's
+    """The CI pipelines of .github/workflows/: one per service of services.toml (deploy/tidy/'s
     check_workflows), and scripts/new-service renders the new service's from the template."""
 
     def copy(self, tmp: str) -> Path:
         root = Path(tmp)
-        shutil.copytree(ROOT / consistency.WORKFLOWS_DIR, root / consistency.WORKFLOWS_DIR)
+        shutil.copytree(ROOT / tidy_workflows.WORKFLOWS_DIR, root / tidy_workflows.WORKFLOWS_DIR)
         return root
 
     def failures(self, root: Path, services=None) -> list[str]:
-        report = consistency.Report()
-        consistency.check_workflows(report, root, services)
+        report = common.Report()
+        tidy_workflows.check_workflows(report, root, services)
         return report.failures
 
     def assert_fails(self, failures: list[str], needle: str) -> None:
@@ -592,7 +594,7 @@ class WorkflowsTest(unittest.TestCase):
     def test_a_service_without_its_workflow_fails(self) -> None:
         with tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
             root = self.copy(tmp)
-            (root / consistency.WORKFLOWS_DIR / "order.yml").unlink()
+            (root / tidy_workflows.WORKFLOWS_DIR / "order.yml").unlink()
             self.assert_fails(self.failures(root), "order: no workflow .github/workflows/order.yml")
             # A service services.toml gains without a workflow.
             self.assert_fails(self.failures(ROOT, [*SERVICES, "shipping"]), "shipping: no workflow")
@@ -600,7 +602,7 @@ class WorkflowsTest(unittest.TestCase):
     def test_a_workflow_of_a_service_that_does_not_exist_fails(self) -> None:
         with tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
             root = self.copy(tmp)
-            workflows = root / consistency.WORKFLOWS_DIR
+            workflows = root / tidy_workflows.WORKFLOWS_DIR
             (workflows / "shipping.yml").write_text((workflows / "payment.yml").read_text().replace("payment", "shipping"))
             failures = self.failures(root)
             self.assert_fails(failures, ".github/workflows/shipping.yml names a service that does not exist")
@@ -614,7 +616,7 @@ class WorkflowsTest(unittest.TestCase):
     def test_a_workflow_off_its_paths_or_calling_another_service_fails(self) -> None:
         with tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
             root = self.copy(tmp)
-            workflows = root / consistency.WORKFLOWS_DIR
+            workflows = root / tidy_workflows.WORKFLOWS_DIR
             payment = workflows / "payment.yml"
             payment.write_text(payment.read_text().replace('"services/payment/**"', '"services/paymnt/**"', 1))
             inventory = workflows / "inventory.yml"
@@ -632,7 +634,7 @@ class WorkflowsTest(unittest.TestCase):
         self.assert_fails(self.failures(ROOT, [*SERVICES, "libs"]), "libs: its workflow would be .github/workflows/libs.yml, a shared workflow")
 
     def test_a_release_that_could_publish_before_its_tests_or_advisories_pass_fails(self) -> None:
-        release_rel = consistency.WORKFLOWS_DIR / consistency.RELEASE
+        release_rel = tidy_workflows.WORKFLOWS_DIR / tidy_workflows.RELEASE
         original = (ROOT / release_rel).read_text()
         self.assertIn("needs: [services, tests, advisories]", original)
         self.assertIn("needs: [image, tests, advisories]", original)
@@ -661,7 +663,7 @@ class WorkflowsTest(unittest.TestCase):
                 self.assert_fails(self.failures(root), needle)
         with tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
             root = self.copy(tmp)
-            advisories = root / consistency.WORKFLOWS_DIR / consistency.ADVISORIES
+            advisories = root / tidy_workflows.WORKFLOWS_DIR / tidy_workflows.ADVISORIES
             advisories.write_text(advisories.read_text().replace("scripts/advisories --online", "scripts/advisories")
                                   .replace("  schedule:\n", "  unscheduled:\n"))
             failures = self.failures(root)
@@ -673,7 +675,7 @@ class WorkflowsTest(unittest.TestCase):
         template = (ROOT / "deploy" / "template" / "workflow.yml").read_text()
         for name in SERVICES:
             self.assertEqual(
-                (ROOT / consistency.WORKFLOWS_DIR / f"{name}.yml").read_text(),
+                (ROOT / tidy_workflows.WORKFLOWS_DIR / f"{name}.yml").read_text(),
                 template.replace("{{name}}", name),
                 f"{name}.yml is deploy/template/workflow.yml rendered for {name}",
             )
@@ -716,7 +718,7 @@ def fresh_name(base: str = "sample") -> str:
 
 class NewServiceTest(unittest.TestCase):
     """scripts/new-service in a copy of the repository: the service it adds passes every check
-    of consistency.py and the copy's own deploy files render; scripts/remove-service then
+    of deploy/tidy/ and the copy's own deploy files render; scripts/remove-service then
     leaves the copy byte for byte as it was. (No build here: tests/system/deploy.rs builds and
     tests the crate; scripts/test-new-service runs the service in dev-up and validates it with
     every tool of scripts/validate-deploy.)"""
@@ -733,15 +735,15 @@ class NewServiceTest(unittest.TestCase):
             self.assertIn(f".github/workflows/{name}.yml", added)
             self.assertIn(f"k8s/base/{name}/deployment.yaml", added)
             self.assertIn(f"k8s/overlays/dev/infra/postgres/{name}-db.yaml", added)
-            workflow = (root / consistency.WORKFLOWS_DIR / f"{name}.yml").read_text()
+            workflow = (root / tidy_workflows.WORKFLOWS_DIR / f"{name}.yml").read_text()
             self.assertNotIn("{{name}}", workflow)
-            services = consistency.load_services(root / "services.toml")
+            services = common.load_services(root / "services.toml")
             self.assertIn(name, services)
-            report = consistency.Report()
-            consistency.check_workflows(report, root, list(services))
+            report = common.Report()
+            tidy_workflows.check_workflows(report, root, list(services))
             self.assertEqual(report.failures, [])
 
-            # The copy's compose file and overlays, checked by the copy's consistency.py (it
+            # The copy's compose file and overlays, checked by the copy's deploy/tidy/ (it
             # reads the copy's services.toml).
             env = {**os.environ, "GATEWAY_JWT_SECRET": "test"} | {
                 f"{user.upper()}_KAFKA_PASSWORD": f"{user}-test"
@@ -759,7 +761,7 @@ class NewServiceTest(unittest.TestCase):
                 (root / ".dev" / f"{overlay}.yaml").write_text(out)
                 args += ["--k8s", f"{overlay}=.dev/{overlay}.yaml"]
             checked = subprocess.run(
-                [sys.executable, "deploy/consistency.py", "--keys", "deploy/config-keys.txt", "--compose",
+                [sys.executable, "deploy/tidy/main.py", "--keys", "deploy/config-keys.txt", "--compose",
                  ".dev/compose.yml", *args], cwd=root, capture_output=True, text=True)
             self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
             self.assertIn(name, yaml.safe_load(compose)["services"])
@@ -801,7 +803,7 @@ class ReleaseImagesTest(unittest.TestCase):
             out = subprocess.run([*kustomize, str(overlay)], check=True, capture_output=True, text=True).stdout
         images = set()
         for doc in yaml.safe_load_all(out):
-            if doc and doc.get("kind") in consistency.WORKLOAD_KINDS:
+            if doc and doc.get("kind") in common.WORKLOAD_KINDS:
                 spec = doc["spec"]["template"]["spec"]
                 images |= {c["image"] for c in spec.get("containers", []) + spec.get("initContainers", [])}
         self.assertEqual(images, {f"{self.REPOSITORY}/{name}@{self.digest(name)}" for name in names})
@@ -1347,10 +1349,10 @@ class ManagedServicesExampleTest(unittest.TestCase):
             kustomize = os.environ.get("SW_KUSTOMIZE", "kubectl kustomize").split()
             out = subprocess.run([*kustomize, str(kustomization.parent)], check=True, capture_output=True, text=True).stdout
         docs = [d for d in yaml.safe_load_all(out) if d]
-        report = consistency.Report()
-        consistency.check_workloads(report, "prod", docs)
-        consistency.check_service_pods(report, "prod", docs)
-        consistency.check_ingress(report, "prod", docs)
+        report = common.Report()
+        workloads.check_workloads(report, "prod", docs)
+        service_pods.check_service_pods(report, "prod", docs)
+        ingress.check_ingress(report, "prod", docs)
         self.assertEqual(report.failures, [])
         for svc in DB_SERVICES:
             pod = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == svc)["spec"]["template"]["spec"]

@@ -753,7 +753,7 @@ fn new_service_template_generates_a_crate_that_builds_and_passes_its_test() {
     listed.sort();
     assert_eq!(dirs, listed, "services.toml of the copy names exactly its services/ directories");
     assert!(copy.join("migrations").join(name).is_dir(), "migrations/{name} created");
-    // Its CI pipeline (deploy/consistency.py checks its content; deploy/test_deploy.py the rendering).
+    // Its CI pipeline (deploy/tidy checks its content; deploy/test_deploy.py the rendering).
     let workflow = std::fs::read_to_string(copy.join(".github/workflows").join(format!("{name}.yml")))
         .unwrap_or_else(|e| panic!(".github/workflows/{name}.yml of the copy: {e}"));
     assert!(workflow.contains(&format!("service: \"{name}\"")), "the workflow runs the pipeline of {name}");
