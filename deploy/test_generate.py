@@ -97,7 +97,7 @@ class CheckTest(unittest.TestCase):
         self.assertIn("k8s/base/inventory/network-policy.yaml", named(cli.diffs(self.root)))
         cli.write(self.root)
         policy = (self.root / "k8s/base/inventory/network-policy.yaml").read_text()
-        self.assertIn("# inventory: gRPC from payment and order and gateway;", policy)
+        self.assertIn("# inventory: gRPC from payment and order and gateway", policy)
         egress = (self.root / "k8s/base/payment/network-policy.yaml").read_text()
         self.assertIn("policyTypes: [Ingress, Egress]", egress)
         self.assertIn("app.kubernetes.io/name: inventory", egress)
