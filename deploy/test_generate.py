@@ -102,6 +102,16 @@ class CheckTest(unittest.TestCase):
         self.assertIn("policyTypes: [Ingress, Egress]", egress)
         self.assertIn("app.kubernetes.io/name: inventory", egress)
 
+    def test_the_gateway_s_deployment_follows_its_entry(self) -> None:
+        self.edit("services.toml", "http_port = 8080", "http_port = 8090")
+        got = named(cli.diffs(self.root))
+        for rel in ("docker-compose.yml", "k8s/base/gateway/deployment.yaml", "k8s/base/gateway/kustomization.yaml",
+                    "k8s/base/gateway/network-policy.yaml", "k8s/base/gateway/service.yaml"):
+            self.assertIn(rel, got)
+        cli.write(self.root)
+        self.assertIn('"127.0.0.1:${GATEWAY_PORT:-8090}:8090"', (self.root / "docker-compose.yml").read_text())
+        self.assertIn("port: 8090", (self.root / "k8s/base/gateway/network-policy.yaml").read_text())
+
     def test_a_generated_file_of_a_service_no_longer_listed_is_named_and_deleted(self) -> None:
         stale = self.root / "k8s/base/gone/service.yaml"
         stale.parent.mkdir()

@@ -5,7 +5,7 @@ templates under deploy/template/deployment/.
     scripts/generate           write every generated file and region
     scripts/generate --check   write nothing; fail naming each file that differs (with a diff)
 
-Generated are: whole files (targets.BACKEND_FILES, for each backend of services.toml, with a
+Generated are: whole files (targets.SERVICE_FILES, for each service of services.toml, with a
 header naming their template), and the regions between `BEGIN generated` and `END
 generated` lines in the hand-written files of targets.REGION_FILES (engine.py). A generated
 file that no entry of services.toml accounts for any more is deleted.
@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "scripts" / "lib"))
 
-from services_toml import Service, backends, load_services  # noqa: E402
+from services_toml import load_services  # noqa: E402
 
 from generate import targets  # noqa: E402
 from generate.context import global_context, service_context  # noqa: E402
@@ -50,7 +50,7 @@ def expected(root: Path) -> tuple[dict[str, str], set[str]]:
         text = _template(root, r.template)
         if r.scope == "once":
             return render(text, global_context(services), r.template)
-        chosen: list[Service] = list(services.values()) if r.scope == "for each service" else backends(services)
+        chosen = [s for s in services.values() if r.scope in ("for each service", f"for each {s.kind}")]
         return "".join(render(text, service_context(s, services), r.template) for s in chosen)
 
     for rel in targets.REGION_FILES:

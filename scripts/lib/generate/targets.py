@@ -6,23 +6,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from services_toml import Service, backends
+from services_toml import Service
 
 #: The templates, relative to the repository root.
 TEMPLATES = "deploy/template/deployment"
 
-#: Per backend of services.toml: template (under TEMPLATES) -> the file it becomes.
-BACKEND_FILES = {
-    **{f"k8s/base/backend/{f}": f"k8s/base/{{name}}/{f}" for f in (
-        "kustomization.yaml", "deployment.yaml", "service.yaml", "hpa.yaml", "pdb.yaml", "network-policy.yaml",
-        "certificate.yaml",
-    )},
-    "k8s/overlays/dev/infra/postgres/backend-db.yaml": "k8s/overlays/dev/infra/postgres/{name}-db.yaml",
+def _base(kind: str) -> dict[str, str]:
+    """A service's k8s base: the templates every kind shares and those of its kind."""
+    shared = {f"k8s/base/service/{f}": f"k8s/base/{{name}}/{f}" for f in ("hpa.yaml", "pdb.yaml", "certificate.yaml")}
+    own = ("kustomization.yaml", "deployment.yaml", "service.yaml", "network-policy.yaml")
+    return shared | {f"k8s/base/{kind}/{f}": f"k8s/base/{{name}}/{f}" for f in own}
+
+
+#: Per kind of service of services.toml: template (under TEMPLATES) -> the file it becomes.
+SERVICE_FILES = {
+    "backend": _base("backend") | {
+        "k8s/overlays/dev/infra/postgres/backend-db.yaml": "k8s/overlays/dev/infra/postgres/{name}-db.yaml",
+    },
+    "gateway": _base("gateway") | {
+        "k8s/overlays/dev/gateway-jwt-secret.yaml": "k8s/overlays/dev/{name}-jwt-secret.yaml",
+    },
 }
 
 #: Where whole generated files live: a generated file there that no service of services.toml
 #: accounts for any more is deleted.
-GENERATED_GLOBS = ("k8s/base/*/*.yaml", "k8s/overlays/dev/infra/postgres/*.yaml")
+GENERATED_GLOBS = ("k8s/base/*/*.yaml", "k8s/overlays/dev/infra/postgres/*.yaml", "k8s/overlays/dev/*.yaml")
 
 #: The hand-written files with generated regions.
 REGION_FILES = (
@@ -63,7 +71,7 @@ class WholeFile:
 def whole_files(services: dict[str, Service]) -> list[WholeFile]:
     return [
         WholeFile(path=dest.format(name=s.name), template=template, service=s)
-        for s in backends(services) for template, dest in BACKEND_FILES.items()
+        for s in services.values() for template, dest in SERVICE_FILES[s.kind].items()
     ]
 
 
