@@ -75,6 +75,62 @@ class CheckTest(unittest.TestCase):
         self.edit("docker-compose.yml", "APP_GRPC__PORT: 7082", "APP_GRPC__PORT: 7092")
         self.assertEqual(named(cli.diffs(self.root)), ["docker-compose.yml"])
 
+    def test_a_hand_edit_of_a_per_service_piece_is_named(self) -> None:
+        """Each breakage of a per-service piece: --check names the file it is in. (These are
+        the pieces generation writes, so no deploy/tidy check compares them with services.toml.)"""
+        edits = {
+            # compose: a published gRPC port, the image, the build, the healthcheck, a port, an
+            # unknown key, a plaintext client URL, mutual TLS, the database role, the Kafka user.
+            "gRPC published": ("docker-compose.yml", "    depends_on: *backend-depends\n",
+                               "    depends_on: *backend-depends\n    ports: [\"127.0.0.1:7083:7083\"]\n"),
+            "compose image": ("docker-compose.yml", "image: sagaworks/order:", "image: acme/order:"),
+            "compose build": ("docker-compose.yml", "SERVICE: payment", "SERVICE: order"),
+            "healthcheck": ("docker-compose.yml", '"http-probe", "8080"', '"http-probe", "7081"'),
+            "compose port": ("docker-compose.yml", "APP_GRPC__PORT: 7083", "APP_GRPC__PORT: 7082"),
+            "unknown key": ("docker-compose.yml", "APP_GRPC__PORT: 7083", "APP_GRPC__PORTT: 7083"),
+            "client URL": ("docker-compose.yml", "APP_PAYMENT__URL: https://payment:7083", "APP_PAYMENT__URL: http://payment:7083"),
+            "no TLS key": ("docker-compose.yml", "      APP_TLS__KEY_FILE: /certs/payment-key.pem\n", ""),
+            "superuser": ("docker-compose.yml", "postgres://order_svc:", "postgres://postgres:"),
+            "SCRAM users": ("docker-compose.yml", "SCRAM_USERS: inventory payment order", "SCRAM_USERS: inventory payment"),
+            "Kafka password": ("docker-compose.yml", "APP_KAFKA__SASL_PASSWORD: ${INVENTORY_KAFKA_PASSWORD",
+                               "APP_KAFKA__SASL_PASSWORD: ${ORDER_KAFKA_PASSWORD"),
+            # the k8s base: the image, container ports, a probe, the Service, the HPA, the
+            # ConfigMap, the callers a gRPC port admits, the gateway's open HTTP port.
+            "k8s image": ("k8s/base/order/deployment.yaml", "image: sagaworks/order:latest", "image: acme/order:latest"),
+            "container port": ("k8s/base/payment/deployment.yaml", "containerPort: 7083", "containerPort: 7082"),
+            "probe on gRPC": ("k8s/base/inventory/deployment.yaml", "path: /health/ready\n              port: http",
+                              "path: /health/ready\n              port: grpc"),
+            "Service port": ("k8s/base/gateway/service.yaml", "port: 8080", "port: 80"),
+            "HPA target": ("k8s/base/order/hpa.yaml", "    name: order\n", "    name: orders\n"),
+            "ConfigMap URL": ("k8s/base/order/kustomization.yaml", "APP_PAYMENT__URL=https://payment:7083",
+                              "APP_PAYMENT__URL=https://payment:7082"),
+            "extra caller": ("k8s/base/order/network-policy.yaml", "app.kubernetes.io/name: gateway",
+                             "app.kubernetes.io/name: payment"),
+            "gateway closed": ("k8s/base/gateway/network-policy.yaml", "    - ports:\n        - protocol: TCP\n          port: 8080\n", ""),
+            # the overlays: a database Secret's role, a Kafka user's Secret, SCRAM users, a
+            # database or Kafka open to another service, a Prometheus job and its Service.
+            "dev database URL": ("k8s/overlays/dev/kustomization.yaml", "url=postgres://order_svc:", "url=postgres://postgres:"),
+            "dev Kafka user": ("k8s/overlays/dev/kustomization.yaml", "APP_KAFKA__SASL_USERNAME=payment",
+                               "APP_KAFKA__SASL_USERNAME=order"),
+            "dev Kafka password": ("k8s/overlays/dev/kafka-credentials.yaml", "name: payment-kafka", "name: order-kafka"),
+            "dev SCRAM users": ("k8s/overlays/dev/infra/kafka.yaml", "value: inventory payment order", "value: inventory payment"),
+            "database policy": ("k8s/overlays/dev/infra/network-policies.yaml", "app.kubernetes.io/name: order\n      ports:\n        - protocol: TCP\n          port: 5432",
+                                "app.kubernetes.io/name: inventory\n      ports:\n        - protocol: TCP\n          port: 5432"),
+            "Kafka policy": ("k8s/overlays/dev/infra/network-policies.yaml", "        - podSelector:\n            matchLabels:\n              app.kubernetes.io/name: payment\n        - podSelector:",
+                             "        - podSelector: {}\n        - podSelector:"),
+            "Prometheus job": ("k8s/overlays/dev/infra/observability/prometheus/prometheus.yml", "port: 8081", "port: 7081"),
+            "headless Service": ("k8s/overlays/dev/infra/prometheus.yaml", "clusterIP: None", "clusterIP: 10.0.0.9"),
+        }
+        for what, (rel, old, new) in edits.items():
+            with self.subTest(what):
+                before = (self.root / rel).read_text()
+                self.edit(rel, old, new)
+                self.assertEqual(named(cli.diffs(self.root)), [rel])
+                (self.root / rel).write_text(before)
+        (self.root / "k8s/base/payment/pdb.yaml").unlink()
+        self.assertEqual(cli.diffs(self.root)[0].split(":")[0],
+                         "k8s/base/payment/pdb.yaml is missing from what services.toml and the templates give")
+
     def test_a_hand_edit_outside_the_regions_is_not_generate_s_business(self) -> None:
         self.edit("docker-compose.yml", "retries: 20", "retries: 21")
         self.assertEqual(cli.diffs(self.root), [])

@@ -12,13 +12,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
-from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
 # services.toml's loader, shared with the scripts (scripts/lib/services_toml.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "lib"))
-from services_toml import SERVICES_TOML, Service, ServicePorts, load_services  # noqa: E402,F401
+from services_toml import ServicePorts, load_services  # noqa: E402
 
 
 SPECS = load_services()
@@ -28,26 +27,11 @@ SPECS = load_services()
 SERVICES: dict[str, ServicePorts] = {name: spec.ports for name, spec in SPECS.items()}
 
 
-#: Which services may call a service's gRPC port: those whose `calls` name it.
-GRPC_CALLERS: dict[str, set[str]] = {
-    name: {caller for caller, other in SPECS.items() if name in other.calls}
-    for name, spec in SPECS.items() if spec.ports.grpc is not None
-}
-
-
-#: `<service>.url` settings a service has, keyed by the service they point at: its `calls`.
-CLIENT_URLS: dict[str, tuple[str, ...]] = {name: spec.calls for name, spec in SPECS.items()}
-
-
 #: The public edge (kind gateway), and the backends (Kafka clients, each with a database).
 GATEWAYS = tuple(name for name, spec in SPECS.items() if spec.kind == "gateway")
 
 
 KAFKA_CLIENTS = tuple(name for name, spec in SPECS.items() if spec.kind == "backend")
-
-
-#: config-keys.txt may name these groups instead of services.
-KEY_GROUPS: dict[str, set[str]] = {"@all": set(SERVICES), "@backends": set(KAFKA_CLIENTS)}
 
 
 #: Compose ports that may be published on the host: (service, container port).
@@ -60,16 +44,7 @@ PUBLISHED_ALLOWED = {(name, SERVICES[name].http) for name in GATEWAYS} | {
 EDGE_SERVICES = {service for service, _ in PUBLISHED_ALLOWED}
 
 
-#: Variables outside the APP_* namespace that the deployment files may set.
-EXTRA_ENV = {"OTEL_SERVICE_NAME", "OTEL_EXPORTER_OTLP_ENDPOINT", "RUST_LOG"}
-
-
-IMAGE_RE = re.compile(r"^(?P<repo>sagaworks/(?P<service>[a-z][a-z0-9-]*)):(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127})$")
-
-
-DOCKERFILE = "deploy/Dockerfile"
-
-
+#: The user the images run as (deploy/Dockerfile).
 UID = 10001
 
 
@@ -112,16 +87,11 @@ MIGRATE_FLAG = "APP_DATABASE__MIGRATE"
 OWNER_URL = "APP_DATABASE__OWNER_URL"
 
 
-#: Roles no service may connect as: PostgreSQL's bootstrap superuser (the images' default).
-SUPERUSER_ROLES = {"postgres"}
-
-
-#: The dev overlay's in-namespace data stores and telemetry (k8s/overlays/dev/infra/): who
-#: may reach each of their ports, and the services' HTTP ports (Prometheus only; the
-#: gateway's is open to the cluster, the gRPC ports are checked against GRPC_CALLERS).
+#: The dev overlay's telemetry (k8s/overlays/dev/infra/, hand-written): who may reach each
+#: of its ports, and the services' HTTP ports (Prometheus only; the gateway's is open to the
+#: cluster). The policies scripts/generate writes (the databases', Kafka's, the services'
+#: gRPC ports) are held by `scripts/generate --check`.
 DEV_INGRESS: dict[tuple[str, int], set[str]] = {
-    **{(f"{name}-db", 5432): {name} for name in BACKENDS},
-    ("kafka", 9092): set(KAFKA_CLIENTS) | {"kafka-topics"},
     ("otel-collector", 4317): set(SERVICES),
     ("jaeger", 4317): {"otel-collector"},
     ("jaeger", 16686): {"grafana"},
@@ -187,74 +157,8 @@ class Report:
         return not self.failures
 
 
-def load_keys(path: Path) -> dict[str, set[str]]:
-    """Parses config-keys.txt into {env name: services that read it} (a group of KEY_GROUPS
-    stands for its services)."""
-    keys: dict[str, set[str]] = {}
-    for number, raw in enumerate(path.read_text().splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        name, *words = line.split()
-        services = {service for word in words for service in KEY_GROUPS.get(word, {word})}
-        unknown = services - SERVICES.keys()
-        if not re.fullmatch(r"APP_[A-Z0-9_]+", name) or not services or unknown:
-            raise ValueError(f"{path}:{number}: expected `APP_NAME service...`, got {raw!r}")
-        if name in keys:
-            raise ValueError(f"{path}:{number}: {name} listed twice")
-        keys[name] = set(services)
-    return keys
-
-
 def load_yaml_docs(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-
-
-def _port_of_url(url: str) -> int | None:
-    try:
-        return urlsplit(url).port
-    except ValueError:
-        return None
-
-
-def check_env(report: Report, where: str, service: str, env: dict[str, str], keys: dict[str, set[str]]) -> None:
-    """The settings every deployment of `service` must agree on, whatever the platform."""
-    ports = SERVICES[service]
-    for name in sorted(env):
-        if name.startswith("APP_"):
-            report.check(name in keys, f"{where}: {name} is not a known config key (deploy/config-keys.txt)")
-            if name in keys:
-                report.check(service in keys[name], f"{where}: {service} has no setting {name}")
-        else:
-            report.check(name in EXTRA_ENV, f"{where}: unexpected non-APP variable {name}")
-    report.check(env.get("APP_HTTP__HOST") == "0.0.0.0", f"{where}: APP_HTTP__HOST must be 0.0.0.0")
-    report.check(
-        env.get("APP_HTTP__PORT") == str(ports.http), f"{where}: APP_HTTP__PORT must be {ports.http}"
-    )
-    if ports.grpc is not None:
-        report.check(env.get("APP_GRPC__HOST") == "0.0.0.0", f"{where}: APP_GRPC__HOST must be 0.0.0.0")
-        report.check(
-            env.get("APP_GRPC__PORT") == str(ports.grpc), f"{where}: APP_GRPC__PORT must be {ports.grpc}"
-        )
-        report.check("APP_DATABASE__URL" in env, f"{where}: APP_DATABASE__URL is not set")
-        report.check("APP_KAFKA__BROKERS" in env, f"{where}: APP_KAFKA__BROKERS is not set")
-    for target in CLIENT_URLS[service]:
-        name = f"APP_{target.upper()}__URL"
-        url = env.get(name, "")
-        want = SERVICES[target].grpc
-        report.check(
-            _port_of_url(url) == want and urlsplit(url).hostname == target and urlsplit(url).scheme == "https",
-            f"{where}: {name} must be https://{target}:{want}, got {url!r}",
-        )
-    # Mutual TLS (libs/mtls): the CA, its certificate and key, all three.
-    tls = [key for key in ("APP_TLS__CA_FILE", "APP_TLS__CERT_FILE", "APP_TLS__KEY_FILE") if not env.get(key)]
-    report.check(not tls, f"{where}: {', '.join(tls)} not set (mutual TLS between the services)")
-    if service in GATEWAYS:
-        report.check(
-            "APP_AUTH__JWT_SECRET" in env or "APP_AUTH__JWKS_URL" in env,
-            f"{where}: the gateway needs APP_AUTH__JWT_SECRET or APP_AUTH__JWKS_URL",
-        )
-    report.check(env.get("OTEL_SERVICE_NAME") == service, f"{where}: OTEL_SERVICE_NAME must be {service}")
 
 
 def _compose_env(spec: dict[str, Any]) -> dict[str, str]:
@@ -294,15 +198,6 @@ def _base_name(generated: str, names: Iterable[str]) -> str | None:
     for name in names:
         if generated == name or re.fullmatch(re.escape(name) + r"-[a-z0-9]{10}", generated):
             return name
-    return None
-
-
-def _resolve_port(port: Any, container: dict[str, Any]) -> int | None:
-    if isinstance(port, int):
-        return port
-    for p in container.get("ports") or []:
-        if p.get("name") == port:
-            return int(p["containerPort"])
     return None
 
 
@@ -359,10 +254,12 @@ def _rule_ports(rule: dict[str, Any], pod: dict[str, Any]) -> list[tuple[int, in
 
 def _pod_port(port: Any, pod: dict[str, Any]) -> int | None:
     """A port number or container port name of any container of `pod`."""
+    if isinstance(port, int):
+        return port
     for container in (pod.get("containers") or []) + (pod.get("initContainers") or []):
-        number = _resolve_port(port, container)
-        if number is not None:
-            return number
+        for p in container.get("ports") or []:
+            if p.get("name") == port:
+                return int(p["containerPort"])
     return None
 
 
@@ -412,36 +309,6 @@ def _peers(
     return found
 
 
-def _database_role(url: str) -> str:
-    """The role a libpq URL logs in as (`?user=` wins over the userinfo); '' when none."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return ""
-    users = parse_qs(parts.query).get("user")
-    return users[-1] if users else parts.username or ""
-
-
-def check_database_roles(report: Report, label: str, urls: dict[str, str | None]) -> None:
-    """Each backend logs in as a role of its own (a least-privilege login that owns just its
-    database, see deploy/postgres/init.sql): never the superuser, never another service's."""
-    services_of: dict[str, list[str]] = {}
-    for service, url in sorted(urls.items()):
-        if url is None:
-            continue  # the Secret comes from outside the repository
-        where = f"{label}/{service}"
-        role = _database_role(url)
-        if not report.check(bool(role), f"{where}: APP_DATABASE__URL names no role (libpq would pick the OS user)"):
-            continue
-        report.check(
-            role not in SUPERUSER_ROLES,
-            f"{where}: APP_DATABASE__URL connects as the superuser {role!r}, not the service's own role",
-        )
-        services_of.setdefault(role, []).append(service)
-    for role, services in sorted(services_of.items()):
-        report.check(len(services) == 1, f"{label}: {', '.join(services)} share the database role {role!r}")
-
-
 def _workloads(docs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [d for d in docs if d.get("kind") in WORKLOAD_KINDS]
 
@@ -459,10 +326,6 @@ def _configmap(docs: list[dict[str, Any]], base: str) -> dict[str, Any] | None:
 OTELCOL_IMAGE = "otel/opentelemetry-collector-contrib"
 
 
-#: The ACL file's stand-in for the topic prefix (the init step substitutes TOPIC_PREFIX).
-ACL_PREFIX = "@PREFIX@"
-
-
 def _compose_mount(volume: Any) -> tuple[str, str]:
     """(target, source) of a compose volume, in the short (`src:target[:mode]`) or the long
     syntax (docker-compose v1 renders the first, v2 the second)."""
@@ -474,10 +337,9 @@ def _compose_mount(volume: Any) -> tuple[str, str]:
 
 @dataclass
 class Context:
-    """What the checks read: deploy/config-keys.txt parsed, the rendered compose file, the
-    rendered overlays (label -> resources), and the repository they come from."""
+    """What the checks read: the rendered compose file, the rendered overlays (label ->
+    resources), and the repository they come from."""
 
-    keys: dict[str, set[str]]
     compose: dict[str, Any]
     k8s: dict[str, list[dict[str, Any]]]
     root: Path = ROOT

@@ -1,4 +1,5 @@
-"""Kafka secured like scripts/kafka's secure mode: SASL_SSL, SCRAM users, ACLs, its own CA."""
+"""Kafka secured like scripts/kafka's secure mode: SASL_SSL, ACLs, a CA of its own. (Its
+SCRAM users and the backends' Kafka users and passwords are scripts/generate's.)"""
 
 from __future__ import annotations
 
@@ -6,26 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from tidy.common import (
-    Context, ROOT, Report, _by_kind, _compose_env, _compose_mount, _configmap, _container_env,
+    Context, KAFKA_CLIENTS, Report, _by_kind, _compose_env, _compose_mount, _configmap, _container_env,
 )
 
 
 KAFKA_DIR = Path("deploy/kafka")
-
-
-def _kafka_acls_module(root: Path) -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("kafka_acls", root / "scripts" / "lib" / "kafka_acls.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def kafka_users(root: Path = ROOT) -> list[str]:
-    """The SCRAM users besides admin: scripts/lib/kafka_acls.py's `users`."""
-    module = _kafka_acls_module(root)
-    return [s.name for s in module.backends(str(root / "services.toml"))]
 
 
 def _env_ref(item: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -37,10 +23,8 @@ def check_kafka_security(
     report: Report, compose: dict[str, Any], k8s: dict[str, list[dict[str, Any]]], root: Path
 ) -> None:
     """compose and the dev overlay run Kafka like scripts/kafka's secure mode: the start
-    script deploy/kafka/start.sh, a SCRAM user per backend with the password the backend
-    uses, SASL_SSL clients, the ACLs of scripts/lib/kafka_acls.py applied by the init step."""
-    users = kafka_users(root)
-    # Its lines are scripts/lib/kafka_acls.py's for services.toml (scripts/generate --check).
+    script deploy/kafka/start.sh, SASL_SSL clients that verify the broker with the Kafka CA,
+    the ACLs of deploy/kafka/acls.txt applied by the init step."""
     want_acls = (root / KAFKA_DIR / "acls.txt").read_text()
     start = (root / KAFKA_DIR / "start.sh").read_text()
     for setting in ("listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SSL",
@@ -62,10 +46,6 @@ def check_kafka_security(
         entrypoint[-1:] == ["/etc/sagaworks/kafka/start.sh"]
         and Path(mounts.get("/etc/sagaworks/kafka/start.sh", "")).as_posix().endswith(f"{KAFKA_DIR.as_posix()}/start.sh"),
         f"compose/kafka: must run {KAFKA_DIR / 'start.sh'}, mounted at /etc/sagaworks/kafka/start.sh",
-    )
-    report.check(
-        sorted(env.get("SCRAM_USERS", "").split()) == sorted(users),
-        f"compose/kafka: SCRAM_USERS must be the backends of services.toml {users}, got {env.get('SCRAM_USERS')!r}",
     )
     for name in ("ADMIN_KAFKA_PASSWORD", "TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_CA_FILE"):
         report.check(bool(env.get(name)), f"compose/kafka: {name} is not set")
@@ -89,17 +69,11 @@ def check_kafka_security(
         Path(dict(_compose_mount(v) for v in init.get("volumes") or []).get(ienv_ca, "")).as_posix() == kafka_ca,
         f"compose/kafka-init: CA_FILE must be the broker's TLS_CA_FILE ({kafka_ca}), mounted",
     )
-    for user in users:
+    for user in KAFKA_CLIENTS:
         spec = services.get(user) or {}
         senv = _compose_env(spec)
         where = f"compose/{user}"
         report.check(senv.get("APP_KAFKA__SECURITY_PROTOCOL") == "sasl_ssl", f"{where}: APP_KAFKA__SECURITY_PROTOCOL must be sasl_ssl")
-        report.check(senv.get("APP_KAFKA__SASL_USERNAME") == user, f"{where}: APP_KAFKA__SASL_USERNAME must be {user}")
-        password = env.get(f"{user.upper()}_KAFKA_PASSWORD")
-        report.check(
-            bool(password) and senv.get("APP_KAFKA__SASL_PASSWORD") == password,
-            f"{where}: APP_KAFKA__SASL_PASSWORD must be the broker's {user.upper()}_KAFKA_PASSWORD",
-        )
         smounts = dict(_compose_mount(v) for v in spec.get("volumes") or [])
         report.check(
             Path(smounts.get(senv.get("APP_KAFKA__SSL_CA_FILE", ""), "")).as_posix() == kafka_ca,
@@ -141,14 +115,10 @@ def check_kafka_security(
         and any(m.get("mountPath") == "/etc/sagaworks/kafka" for m in container.get("volumeMounts") or []),
         "dev/StatefulSet/kafka: must run the ConfigMap kafka-start's start.sh (/etc/sagaworks/kafka/start.sh)",
     )
-    report.check(
-        sorted(str((items.get("SCRAM_USERS") or {}).get("value", "")).split()) == sorted(users),
-        f"dev/StatefulSet/kafka: SCRAM_USERS must be the backends of services.toml {users}",
-    )
     report.check(_env_ref(items.get("ADMIN_KAFKA_PASSWORD") or {})[0] is not None,
                  "dev/StatefulSet/kafka: ADMIN_KAFKA_PASSWORD must come from a Secret")
     deployments = _by_kind(docs, "Deployment")
-    for user in users:
+    for user in KAFKA_CLIENTS:
         where = f"dev/{user}"
         deployment = deployments.get(user)
         if deployment is None:
@@ -156,18 +126,10 @@ def check_kafka_security(
         main = deployment["spec"]["template"]["spec"]["containers"][0]
         senv, _ = _container_env(main, configmaps)
         report.check(senv.get("APP_KAFKA__SECURITY_PROTOCOL") == "sasl_ssl", f"{where}: APP_KAFKA__SECURITY_PROTOCOL must be sasl_ssl")
-        report.check(senv.get("APP_KAFKA__SASL_USERNAME") == user, f"{where}: APP_KAFKA__SASL_USERNAME must be {user}")
         report.check(
             _mounted_secret_key(deployment["spec"]["template"]["spec"], main, senv.get("APP_KAFKA__SSL_CA_FILE", ""))
             == (_kafka_tls_secret(docs), "ca.crt"),
             f"{where}: APP_KAFKA__SSL_CA_FILE must be ca.crt (the Kafka CA) of the Secret of Certificate kafka, mounted",
-        )
-        theirs = _env_ref(next((e for e in main.get("env") or [] if e["name"] == "APP_KAFKA__SASL_PASSWORD"), {}))
-        broker = _env_ref(items.get(f"{user.upper()}_KAFKA_PASSWORD") or {})
-        report.check(
-            theirs[0] is not None and theirs == broker,
-            f"{where}: APP_KAFKA__SASL_PASSWORD must come from the Secret the broker's "
-            f"{user.upper()}_KAFKA_PASSWORD comes from ({broker}), got {theirs}",
         )
     certificate = next((d for d in docs if d.get("kind") == "Certificate" and d["metadata"]["name"] == "kafka"), None)
     if report.check(certificate is not None, "dev: no Certificate kafka"):

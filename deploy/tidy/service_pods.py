@@ -1,4 +1,5 @@
-"""the services' pods: preStop, grace period, the migrate init container."""
+"""the services' pods: preStop, grace period, start-up budget, the image's user on a read-only
+root filesystem, the migrate init container."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 from tidy.common import (
     BACKENDS, Context, DRAIN_SECONDS, MIGRATE_FLAG, OWNER_URL, PRESTOP_SECONDS, Report, SERVICES,
-    STARTUP_BUDGET_SECONDS, _base_name, _by_kind,
+    STARTUP_BUDGET_SECONDS, UID, _base_name, _by_kind,
 )
 
 
@@ -15,12 +16,18 @@ def check_service_pods(report: Report, label: str, docs: list[dict[str, Any]]) -
     for service in SERVICES:
         deployment = deployments.get(service)
         if deployment is None:
-            continue  # reported by check_k8s
+            report.check(False, f"{where}: no Deployment")
+            continue
         where = f"{label}/{service}"
         pod = deployment["spec"]["template"]["spec"]
         main = next((c for c in pod.get("containers") or [] if c.get("name") == service), None)
         if not report.check(main is not None, f"{where}: no container named {service}"):
             continue
+        security = main.get("securityContext") or {}
+        report.check(
+            security.get("runAsUser") == UID and security.get("readOnlyRootFilesystem") is True,
+            f"{where}: the container must run as {UID} (deploy/Dockerfile's user) on a read-only root filesystem",
+        )
         sleep = (((main.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}).get("seconds")
         report.check(
             isinstance(sleep, int) and sleep >= PRESTOP_SECONDS,
