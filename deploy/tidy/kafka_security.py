@@ -122,7 +122,7 @@ def check_kafka_security(
         where = f"dev/{user}"
         deployment = deployments.get(user)
         if deployment is None:
-            continue  # reported by check_k8s
+            continue  # reported by service_pods
         main = deployment["spec"]["template"]["spec"]["containers"][0]
         senv, _ = _container_env(main, configmaps)
         report.check(senv.get("APP_KAFKA__SECURITY_PROTOCOL") == "sasl_ssl", f"{where}: APP_KAFKA__SECURITY_PROTOCOL must be sasl_ssl")
