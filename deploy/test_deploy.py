@@ -50,6 +50,7 @@ import threading
 import time
 import unittest
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import urlsplit
 
 import yaml
@@ -57,10 +58,13 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "deploy"))
 
-from tidy import common, ingress, kafka_security, local_images, service_pods, telemetry_releases  # noqa: E402
+from tidy import (  # noqa: E402
+    common, ingress, kafka_release, kafka_security, local_images, namespace, prometheus_variant, rendered_copies,
+    service_pods, telemetry_releases, topics_job, workloads,
+)
+from tidy import compose as tidy_compose  # noqa: E402
 from tidy import main as tidy_main  # noqa: E402
 from tidy import workflows as tidy_workflows  # noqa: E402
-from tidy import workloads  # noqa: E402
 
 PROBE = ROOT / "deploy" / "http-probe"
 #: services.toml (via deploy/tidy/common.py): the services, those with a database, every topic.
@@ -89,25 +93,45 @@ def render_overlay(name: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-class ConsistencyTest(unittest.TestCase):
+class TidyCase(unittest.TestCase):
+    """The committed compose file and overlays, rendered once, and what a test of one
+    deploy/tidy module needs: CHECK (the module) run on a broken copy of them."""
+
+    CHECK: ModuleType = tidy_main
+    _rendered: tuple[dict, dict[str, list[dict]]] | None = None
+
     @classmethod
     def setUpClass(cls) -> None:
-        cls.compose = render_compose()
-        cls.k8s = {"dev": render_overlay("dev"), "prod": render_overlay("prod")}
+        if TidyCase._rendered is None:
+            TidyCase._rendered = (render_compose(), {"dev": render_overlay("dev"), "prod": render_overlay("prod")})
+        cls.compose, cls.k8s = TidyCase._rendered
 
     def failures(self, compose=None, k8s=None) -> list[str]:
-        return tidy_main.check_all(
-            compose if compose is not None else self.compose, k8s if k8s is not None else self.k8s
-        )
+        ctx = common.Context(compose=compose if compose is not None else self.compose,
+                             k8s=k8s if k8s is not None else self.k8s)
+        return self.CHECK.check(ctx)
 
     def assert_fails(self, failures: list[str], needle: str) -> None:
         self.assertTrue(any(needle in f for f in failures), f"expected a failure with {needle!r}, got {failures}")
 
-    def deployment(self, docs: list[dict], name: str) -> dict:
-        return next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
+    def doc(self, docs: list[dict], kind: str, name: str) -> dict:
+        return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+    def pod(self, docs: list[dict], kind: str, name: str) -> dict:
+        return self.doc(docs, kind, name)["spec"]["template"]["spec"]
+
+
+class TidyTest(TidyCase):
+    """deploy/tidy/main.py: every check on the committed files."""
 
     def test_real_files_are_consistent(self) -> None:
-        self.assertEqual(self.failures(), [])
+        self.assertEqual(tidy_main.check_all(self.compose, self.k8s), [])
+
+
+class ComposeTest(TidyCase):
+    """deploy/tidy/compose.py."""
+
+    CHECK = tidy_compose
 
     def test_publishing_a_grpc_port_fails(self) -> None:
         compose = copy.deepcopy(self.compose)
@@ -119,21 +143,11 @@ class ConsistencyTest(unittest.TestCase):
         compose["services"]["gateway"]["ports"] = ["8080:8080"]
         self.assert_fails(self.failures(compose=compose), "compose: gateway publishes '8080:8080' beyond 127.0.0.1")
 
-    def test_relaxed_security_context_fails(self) -> None:
-        k8s = copy.deepcopy(self.k8s)
-        container = self.deployment(k8s["prod"], "payment")["spec"]["template"]["spec"]["containers"][0]
-        container["securityContext"]["readOnlyRootFilesystem"] = False
-        self.assert_fails(self.failures(k8s=k8s), "prod/payment: the container must run as 10001 (deploy/Dockerfile's user) on a read-only")
 
-    def test_grpc_open_to_everyone_through_another_policy_fails(self) -> None:
-        k8s = copy.deepcopy(self.k8s)
-        k8s["prod"].append({
-            "kind": "NetworkPolicy",
-            "metadata": {"name": "too-open"},
-            "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "service"}},
-                     "ingress": [{"ports": [{"port": 7082}]}]},
-        })
-        self.assert_fails(self.failures(k8s=k8s), "prod/Deployment/inventory: port 7082 is reachable from outside the namespace (['*'])")
+class NamespaceTest(TidyCase):
+    """deploy/tidy/namespace.py."""
+
+    CHECK = namespace
 
     def test_missing_default_deny_or_committed_prod_secret_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
@@ -143,13 +157,11 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "prod: no default-deny NetworkPolicy")
         self.assert_fails(failures, "prod: Secrets must come from outside the repository")
 
-    # --- every workload (the dev overlay's data stores and telemetry included) ------------
 
-    def doc(self, docs: list[dict], kind: str, name: str) -> dict:
-        return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+class WorkloadsTest(TidyCase):
+    """deploy/tidy/workloads.py: every workload, the dev overlay's data stores and telemetry included."""
 
-    def pod(self, docs: list[dict], kind: str, name: str) -> dict:
-        return self.doc(docs, kind, name)["spec"]["template"]["spec"]
+    CHECK = workloads
 
     def test_workload_without_probes_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
@@ -211,6 +223,16 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "dev/Deployment/jaeger: sagaworks.io/closed-ports names 'healthz'")
         self.assert_fails(failures, "dev/Deployment/jaeger: no NetworkPolicy admits port health (13133)")
 
+    def test_grpc_open_to_everyone_through_another_policy_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        k8s["prod"].append({
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "too-open"},
+            "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "service"}},
+                     "ingress": [{"ports": [{"port": 7082}]}]},
+        })
+        self.assert_fails(self.failures(k8s=k8s), "prod/Deployment/inventory: port 7082 is reachable from outside the namespace (['*'])")
+
     def test_telemetry_or_a_database_open_to_others_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
         # A selector on another label: resolved against the rendered pods.
@@ -230,7 +252,17 @@ class ConsistencyTest(unittest.TestCase):
         failures = self.failures(k8s=k8s)
         self.assert_fails(failures, "dev/Deployment/order: port 8081 is reachable from outside the namespace (['ns:monitoring'])")
 
-    # --- the services' pods: graceful shutdown, migrations before readiness -----------------
+
+class ServicePodsTest(TidyCase):
+    """deploy/tidy/service_pods.py: graceful shutdown, migrations before readiness."""
+
+    CHECK = service_pods
+
+    def test_relaxed_security_context_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        container = self.pod(k8s["prod"], "Deployment", "payment")["containers"][0]
+        container["securityContext"]["readOnlyRootFilesystem"] = False
+        self.assert_fails(self.failures(k8s=k8s), "prod/payment: the container must run as 10001 (deploy/Dockerfile's user) on a read-only")
 
     def test_missing_prestop_or_short_grace_period_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
@@ -271,7 +303,11 @@ class ConsistencyTest(unittest.TestCase):
         self.pod(k8s["dev"], "Deployment", "payment")["containers"][0]["startupProbe"]["failureThreshold"] = 30
         self.assert_fails(self.failures(k8s=k8s), "dev/payment: startupProbe allows 60 s")
 
-    # --- prod Ingress and the gateway's reach -----------------------------------------------
+
+class IngressTest(TidyCase):
+    """deploy/tidy/ingress.py: prod's Ingress and the gateway's reach."""
+
+    CHECK = ingress
 
     def test_ingress_exposing_health_metrics_or_admin_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
@@ -290,7 +326,11 @@ class ConsistencyTest(unittest.TestCase):
         self.doc(k8s["prod"], "NetworkPolicy", "gateway")["spec"]["ingress"] = [{"ports": [{"port": 8080}]}]
         self.assert_fails(self.failures(k8s=k8s), "prod/gateway: port 8080 must admit the ingress controller's namespace, not anyone")
 
-    # --- the dev overlay's ConfigMaps of deploy/observability/ --------------------------------
+
+class RenderedCopiesTest(TidyCase):
+    """deploy/tidy/rendered_copies.py."""
+
+    CHECK = rendered_copies
 
     def test_rendered_configmap_drift_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
@@ -300,6 +340,38 @@ class ConsistencyTest(unittest.TestCase):
         failures = self.failures(k8s=k8s)
         self.assert_fails(failures, "dev: ConfigMap otel-collector-config key config.yaml differs from deploy/observability/otel-collector.yaml")
         self.assert_fails(failures, "dev: ConfigMap grafana-dashboards holds ['sagaworks-overview.json']")
+
+
+class PrometheusVariantTest(TidyCase):
+    """deploy/tidy/prometheus_variant.py."""
+
+    CHECK = prometheus_variant
+
+    def test_prometheus_variant_drift_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        configmap = next(d for d in k8s["dev"] if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("prometheus-config-"))
+        config = yaml.safe_load(configmap["data"]["prometheus.yml"])
+        config["global"]["scrape_interval"] = "30s"
+        configmap["data"]["prometheus.yml"] = yaml.safe_dump(config)
+        self.assert_fails(self.failures(k8s=k8s), "dev: prometheus.yml: global differs from the compose config")
+
+
+class TopicsJobTest(TidyCase):
+    """deploy/tidy/topics_job.py."""
+
+    CHECK = topics_job
+
+    def test_topic_prefix_mismatch_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        env = self.pod(k8s["dev"], "Job", "kafka-topics")["containers"][0]["env"]
+        next(e for e in env if e["name"] == "TOPIC_PREFIX")["value"] = "other"
+        self.assert_fails(self.failures(k8s=k8s), "dev/Job/kafka-topics: TOPIC_PREFIX 'other' differs from order's")
+
+
+class TelemetryReleasesTest(TidyCase):
+    """deploy/tidy/telemetry_releases.py."""
+
+    CHECK = telemetry_releases
 
     def test_untested_telemetry_release_or_config_fails(self) -> None:
         compose = copy.deepcopy(self.compose)
@@ -321,6 +393,12 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "dev/Deployment/jaeger: must mount the ConfigMap of deploy/observability/jaeger.yaml")
         self.assert_fails(failures, "dev/Deployment/otel-collector: image must be")
 
+
+class KafkaReleaseTest(TidyCase):
+    """deploy/tidy/kafka_release.py."""
+
+    CHECK = kafka_release
+
     def test_an_untested_kafka_release_fails(self) -> None:
         compose = copy.deepcopy(self.compose)
         compose["services"]["kafka-init"]["image"] = "apache/kafka:3.9.1"
@@ -330,6 +408,12 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "compose/kafka-init: image must be apache/kafka:4.4.0")
         self.assert_fails(failures, "dev/StatefulSet/kafka: image must be apache/kafka:4.4.0")
         self.assertFalse([f for f in failures if f.startswith("compose/kafka:")], failures)
+
+
+class LocalImagesTest(TidyCase):
+    """deploy/tidy/local_images.py."""
+
+    CHECK = local_images
 
     def test_a_local_image_of_another_release_or_a_pulled_one_fails(self) -> None:
         local = yaml.safe_load((ROOT / local_images.LOCAL_COMPOSE).read_text())
@@ -357,6 +441,12 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "local.yml: no entry for compose's prometheus")
         self.assert_fails(failures, "local.yml: grafana has no image built here")
         self.assert_fails(failures, "compose/grafana: must sit behind a profile")
+
+
+class KafkaSecurityTest(TidyCase):
+    """deploy/tidy/kafka_security.py."""
+
+    CHECK = kafka_security
 
     def test_unsecured_kafka_or_drifted_acls_fail(self) -> None:
         compose = copy.deepcopy(self.compose)
@@ -417,19 +507,6 @@ class ConsistencyTest(unittest.TestCase):
             kafka_security.check_kafka_security(report, self.compose, {}, root)
             self.assert_fails(report.failures, "deploy/kafka/start.sh: no allow.everyone.if.no.acl.found=false")
 
-    def test_prometheus_variant_drift_fails(self) -> None:
-        k8s = copy.deepcopy(self.k8s)
-        configmap = next(d for d in k8s["dev"] if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("prometheus-config-"))
-        config = yaml.safe_load(configmap["data"]["prometheus.yml"])
-        config["global"]["scrape_interval"] = "30s"
-        configmap["data"]["prometheus.yml"] = yaml.safe_dump(config)
-        self.assert_fails(self.failures(k8s=k8s), "dev: prometheus.yml: global differs from the compose config")
-
-    def test_topic_prefix_mismatch_fails(self) -> None:
-        k8s = copy.deepcopy(self.k8s)
-        env = self.pod(k8s["dev"], "Job", "kafka-topics")["containers"][0]["env"]
-        next(e for e in env if e["name"] == "TOPIC_PREFIX")["value"] = "other"
-        self.assert_fails(self.failures(k8s=k8s), "dev/Job/kafka-topics: TOPIC_PREFIX 'other' differs from order's")
 
 class ServicesFileTest(unittest.TestCase):
     """services.toml, the one list of services the scripts, these checks and tests/system/deploy.rs read."""
