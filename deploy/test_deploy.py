@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Tests of the deployment files that can run without a container engine.
 
-* services.toml names exactly the directories under services/, is well formed, and
-  docs/design.md's table of services agrees with it;
-* consistency.py passes on the real compose file and overlays, and catches each kind of
+* services.toml names exactly the directories under services/ and is well formed (what
+  is generated from it, docs/design.md's table among them: deploy/test_generate.py);
+* deploy/tidy/ passes on the real compose file and overlays, and catches each kind of
   drift it is meant to catch (every negative case breaks one real rendering);
 * deploy/http-probe against a real HTTP server (2xx, 503, 404, hung server, no server);
 * deploy/postgres/init.sql in a throw-away PostgreSQL cluster: roles, passwords, one
@@ -11,14 +11,14 @@
   init-service-role.sql, fed the URLs of the overlay's own database Secrets;
 * the kafka-init script in docker-compose.yml is valid bash, and the dev overlay's
   kafka-topics Job creates the same topics and applies the same ACL file, as admin over
-  SASL_SSL; the Kafka security checks of consistency.py catch their drift;
+  SASL_SSL; the Kafka security checks of deploy/tidy/ catch their drift;
 * the prod overlay's managed-services example component still renders and passes the checks;
 * the CI pipelines: a workflow per service of services.toml and none for another (the
   checker's negatives), and the release's kustomization (deploy/release_images.py) pinning
   every image by digest;
-* scripts/new-service in a copy of the repository: the service's workflow and deployment
-  wiring pass consistency.py, and scripts/remove-service leaves the copy byte for byte as it
-  was (scripts/test-new-service also builds it and runs it in dev-up);
+* scripts/new-service in a copy of the repository: the service's workflow and the
+  deployment scripts/generate writes for it pass deploy/tidy/, and scripts/remove-service
+  leaves the copy byte for byte as it was (scripts/test-new-service also builds it and runs it in dev-up);
 * the Docker build context that .dockerignore leaves is a complete cargo workspace, with
   everything the build reads (proto/, migrations/, deploy/http-probe) and nothing else.
 * deploy/image_pins.py lists every registry image reference without a digest (and only
@@ -50,6 +50,7 @@ import threading
 import time
 import unittest
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import urlsplit
 
 import yaml
@@ -57,11 +58,17 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "deploy"))
 
-import consistency  # noqa: E402
+from tidy import (  # noqa: E402
+    common, ingress, kafka_release, kafka_security, local_images, namespace, prometheus_variant, rendered_copies,
+    service_pods, telemetry_releases, topics_job, workloads,
+)
+from tidy import compose as tidy_compose  # noqa: E402
+from tidy import main as tidy_main  # noqa: E402
+from tidy import workflows as tidy_workflows  # noqa: E402
 
 PROBE = ROOT / "deploy" / "http-probe"
-#: services.toml (via consistency.py): the services, those with a database, every topic.
-SERVICES = consistency.SPECS
+#: services.toml (via deploy/tidy/common.py): the services, those with a database, every topic.
+SERVICES = common.SPECS
 DB_SERVICES = {name: spec.database for name, spec in SERVICES.items() if spec.database is not None}
 AGGREGATES = [topic for spec in SERVICES.values() for topic in spec.topics]
 INIT_SQL = ROOT / "deploy" / "postgres" / "init.sql"
@@ -86,118 +93,61 @@ def render_overlay(name: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-class ConsistencyTest(unittest.TestCase):
+class TidyCase(unittest.TestCase):
+    """The committed compose file and overlays, rendered once, and what a test of one
+    deploy/tidy module needs: CHECK (the module) run on a broken copy of them."""
+
+    CHECK: ModuleType = tidy_main
+    _rendered: tuple[dict, dict[str, list[dict]]] | None = None
+
     @classmethod
     def setUpClass(cls) -> None:
-        cls.keys = consistency.load_keys(ROOT / "deploy" / "config-keys.txt")
-        cls.compose = render_compose()
-        cls.k8s = {"dev": render_overlay("dev"), "prod": render_overlay("prod")}
+        if TidyCase._rendered is None:
+            TidyCase._rendered = (render_compose(), {"dev": render_overlay("dev"), "prod": render_overlay("prod")})
+        cls.compose, cls.k8s = TidyCase._rendered
 
     def failures(self, compose=None, k8s=None) -> list[str]:
-        report = consistency.check_all(
-            self.keys, compose if compose is not None else self.compose, k8s if k8s is not None else self.k8s
-        )
-        return report.failures
+        ctx = common.Context(compose=compose if compose is not None else self.compose,
+                             k8s=k8s if k8s is not None else self.k8s)
+        return self.CHECK.check(ctx)
 
     def assert_fails(self, failures: list[str], needle: str) -> None:
         self.assertTrue(any(needle in f for f in failures), f"expected a failure with {needle!r}, got {failures}")
 
-    def deployment(self, docs: list[dict], name: str) -> dict:
-        return next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
+    def doc(self, docs: list[dict], kind: str, name: str) -> dict:
+        return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+
+    def pod(self, docs: list[dict], kind: str, name: str) -> dict:
+        return self.doc(docs, kind, name)["spec"]["template"]["spec"]
+
+
+class TidyTest(TidyCase):
+    """deploy/tidy/main.py: every check on the committed files."""
 
     def test_real_files_are_consistent(self) -> None:
-        self.assertEqual(self.failures(), [])
+        self.assertEqual(tidy_main.check_all(self.compose, self.k8s), [])
+
+
+class ComposeTest(TidyCase):
+    """deploy/tidy/compose.py."""
+
+    CHECK = tidy_compose
 
     def test_publishing_a_grpc_port_fails(self) -> None:
         compose = copy.deepcopy(self.compose)
         compose["services"]["order"]["ports"] = ["7081:7081"]
-        failures = self.failures(compose=compose)
-        self.assert_fails(failures, "compose/order: gRPC port 7081 must not be published")
-        self.assert_fails(failures, "compose: order publishes container port 7081")
+        self.assert_fails(self.failures(compose=compose), "compose: order publishes container port 7081")
 
-    def test_unknown_or_foreign_config_key_fails(self) -> None:
+    def test_a_port_published_beyond_loopback_fails(self) -> None:
         compose = copy.deepcopy(self.compose)
-        compose["services"]["order"]["environment"]["APP_DATABASE__URLL"] = "x"
-        compose["services"]["gateway"]["environment"]["APP_DATABASE__URL"] = "postgres://x"
-        failures = self.failures(compose=compose)
-        self.assert_fails(failures, "compose/order: APP_DATABASE__URLL is not a known config key")
-        self.assert_fails(failures, "compose/gateway: gateway has no setting APP_DATABASE__URL")
-
-    def test_a_database_url_as_the_superuser_or_a_shared_or_no_role_fails(self) -> None:
-        compose = copy.deepcopy(self.compose)
-        services = compose["services"]
-        services["order"]["environment"]["APP_DATABASE__URL"] = "postgres://postgres:pw@postgres:5432/sagaworks_order"
-        services["payment"]["environment"]["APP_DATABASE__URL"] = (
-            "postgres://inventory_svc:pw@postgres:5432/sagaworks_payment")
-        k8s = copy.deepcopy(self.k8s)
-
-        def set_secret_url(service: str, url: str) -> None:
-            secret = next(d for d in k8s["dev"] if d["kind"] == "Secret"
-                          and d["metadata"]["name"].startswith(f"{service}-database"))
-            secret["data"]["url"] = base64.b64encode(url.encode()).decode()
-
-        # libpq takes ?user= over the userinfo.
-        set_secret_url("inventory", "postgres://inventory_svc:pw@inventory-db:5432/sagaworks_inventory?user=postgres")
-        set_secret_url("order", "postgres://order-db:5432/sagaworks_order")
-        failures = self.failures(compose=compose, k8s=k8s)
-        self.assert_fails(failures, "compose/order: APP_DATABASE__URL connects as the superuser 'postgres'")
-        self.assert_fails(failures, "compose: inventory, payment share the database role 'inventory_svc'")
-        self.assert_fails(failures, "dev/inventory: APP_DATABASE__URL connects as the superuser 'postgres'")
-        self.assert_fails(failures, "dev/order: APP_DATABASE__URL names no role")
-        self.assertFalse(any("payment" in f for f in failures if f.startswith("dev/")), failures)
-
-    def test_wrong_port_or_client_url_fails(self) -> None:
-        compose = copy.deepcopy(self.compose)
-        compose["services"]["payment"]["environment"]["APP_GRPC__PORT"] = "7082"
-        compose["services"]["order"]["environment"]["APP_PAYMENT__URL"] = "https://payment:7082"
-        failures = self.failures(compose=compose)
-        self.assert_fails(failures, "compose/payment: APP_GRPC__PORT must be 7083")
-        self.assert_fails(failures, "compose/order: APP_PAYMENT__URL must be https://payment:7083")
-
-    def test_plaintext_grpc_missing_tls_or_a_public_port_fails(self) -> None:
-        compose = copy.deepcopy(self.compose)
-        compose["services"]["order"]["environment"]["APP_INVENTORY__URL"] = "http://inventory:7082"
-        del compose["services"]["payment"]["environment"]["APP_TLS__KEY_FILE"]
         compose["services"]["gateway"]["ports"] = ["8080:8080"]
-        failures = self.failures(compose=compose)
-        self.assert_fails(failures, "compose/order: APP_INVENTORY__URL must be https://inventory:7082")
-        self.assert_fails(failures, "compose/payment: APP_TLS__KEY_FILE not set (mutual TLS between the services)")
-        self.assert_fails(failures, "compose: gateway publishes '8080:8080' beyond 127.0.0.1")
+        self.assert_fails(self.failures(compose=compose), "compose: gateway publishes '8080:8080' beyond 127.0.0.1")
 
-    def test_image_name_drift_fails(self) -> None:
-        k8s = copy.deepcopy(self.k8s)
-        self.deployment(k8s["dev"], "order")["spec"]["template"]["spec"]["containers"][0]["image"] = "acme/order:dev"
-        failures = self.failures(k8s=k8s)
-        self.assert_fails(failures, "dev/order: image must be sagaworks/order:<tag>")
-        self.assert_fails(failures, "order: image repository differs")
 
-    def test_probe_on_grpc_port_fails(self) -> None:
-        k8s = copy.deepcopy(self.k8s)
-        container = self.deployment(k8s["prod"], "inventory")["spec"]["template"]["spec"]["containers"][0]
-        container["readinessProbe"]["httpGet"]["port"] = "grpc"
-        self.assert_fails(self.failures(k8s=k8s), "prod/inventory: readinessProbe must GET /health/ready")
+class NamespaceTest(TidyCase):
+    """deploy/tidy/namespace.py."""
 
-    def test_relaxed_security_context_fails(self) -> None:
-        k8s = copy.deepcopy(self.k8s)
-        container = self.deployment(k8s["prod"], "payment")["spec"]["template"]["spec"]["containers"][0]
-        container["securityContext"]["readOnlyRootFilesystem"] = False
-        self.assert_fails(self.failures(k8s=k8s), "prod/payment: container securityContext")
-
-    def test_extra_grpc_caller_fails(self) -> None:
-        k8s = copy.deepcopy(self.k8s)
-        policy = next(d for d in k8s["dev"] if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "order")
-        policy["spec"]["ingress"][0]["from"].append({"podSelector": {"matchLabels": {"app.kubernetes.io/name": "payment"}}})
-        self.assert_fails(self.failures(k8s=k8s), "dev/order: gRPC ingress must admit exactly ['gateway']")
-
-    def test_grpc_open_to_everyone_through_another_policy_fails(self) -> None:
-        k8s = copy.deepcopy(self.k8s)
-        k8s["prod"].append({
-            "kind": "NetworkPolicy",
-            "metadata": {"name": "too-open"},
-            "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "service"}},
-                     "ingress": [{"ports": [{"port": 7082}]}]},
-        })
-        self.assert_fails(self.failures(k8s=k8s), "prod/inventory: gRPC ingress must admit exactly")
+    CHECK = namespace
 
     def test_missing_default_deny_or_committed_prod_secret_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
@@ -207,18 +157,11 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "prod: no default-deny NetworkPolicy")
         self.assert_fails(failures, "prod: Secrets must come from outside the repository")
 
-    def test_missing_pdb_fails(self) -> None:
-        k8s = copy.deepcopy(self.k8s)
-        k8s["dev"] = [d for d in k8s["dev"] if d["kind"] != "PodDisruptionBudget"]
-        self.assert_fails(self.failures(k8s=k8s), "dev/gateway: PodDisruptionBudget missing")
 
-    # --- every workload (the dev overlay's data stores and telemetry included) ------------
+class WorkloadsTest(TidyCase):
+    """deploy/tidy/workloads.py: every workload, the dev overlay's data stores and telemetry included."""
 
-    def doc(self, docs: list[dict], kind: str, name: str) -> dict:
-        return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
-
-    def pod(self, docs: list[dict], kind: str, name: str) -> dict:
-        return self.doc(docs, kind, name)["spec"]["template"]["spec"]
+    CHECK = workloads
 
     def test_workload_without_probes_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
@@ -280,20 +223,26 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "dev/Deployment/jaeger: sagaworks.io/closed-ports names 'healthz'")
         self.assert_fails(failures, "dev/Deployment/jaeger: no NetworkPolicy admits port health (13133)")
 
-    def test_database_or_broker_open_to_others_fails(self) -> None:
+    def test_grpc_open_to_everyone_through_another_policy_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
-        order_db = self.doc(k8s["dev"], "NetworkPolicy", "order-db")
-        order_db["spec"]["ingress"][0]["from"].append({"podSelector": {"matchLabels": {"app.kubernetes.io/name": "inventory"}}})
-        # A selector on another label: resolved against the rendered pods (the gateway too).
-        kafka = self.doc(k8s["dev"], "NetworkPolicy", "kafka")
-        kafka["spec"]["ingress"][0]["from"] = [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "service"}}}]
+        k8s["prod"].append({
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "too-open"},
+            "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "service"}},
+                     "ingress": [{"ports": [{"port": 7082}]}]},
+        })
+        self.assert_fails(self.failures(k8s=k8s), "prod/Deployment/inventory: port 7082 is reachable from outside the namespace (['*'])")
+
+    def test_telemetry_or_a_database_open_to_others_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        # A selector on another label: resolved against the rendered pods.
+        jaeger = self.doc(k8s["dev"], "NetworkPolicy", "jaeger")
+        jaeger["spec"]["ingress"][0]["from"] = [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "service"}}}]
         payment_db = self.doc(k8s["dev"], "NetworkPolicy", "payment-db")
         payment_db["spec"]["ingress"][0]["from"].append({"namespaceSelector": {}})
         failures = self.failures(k8s=k8s)
-        self.assert_fails(failures, "dev/StatefulSet/order-db: port 5432 must admit exactly ['order'], admits ['inventory', 'order']")
-        clients = sorted(consistency.KAFKA_CLIENTS)
-        self.assert_fails(failures, f"dev/StatefulSet/kafka: port 9092 must admit exactly {sorted([*clients, 'kafka-topics'])}, "
-                                    f"admits {sorted(consistency.SERVICES)}")
+        self.assert_fails(failures, "dev/Deployment/jaeger: port 4317 must admit exactly ['otel-collector'], admits "
+                                    f"{sorted(common.SERVICES)}")
         self.assert_fails(failures, "dev/StatefulSet/payment-db: port 5432 is reachable from outside the namespace (['ns:*'])")
 
     def test_scraping_from_elsewhere_in_dev_fails(self) -> None:
@@ -303,7 +252,17 @@ class ConsistencyTest(unittest.TestCase):
         failures = self.failures(k8s=k8s)
         self.assert_fails(failures, "dev/Deployment/order: port 8081 is reachable from outside the namespace (['ns:monitoring'])")
 
-    # --- the services' pods: graceful shutdown, migrations before readiness -----------------
+
+class ServicePodsTest(TidyCase):
+    """deploy/tidy/service_pods.py: graceful shutdown, migrations before readiness."""
+
+    CHECK = service_pods
+
+    def test_relaxed_security_context_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        container = self.pod(k8s["prod"], "Deployment", "payment")["containers"][0]
+        container["securityContext"]["readOnlyRootFilesystem"] = False
+        self.assert_fails(self.failures(k8s=k8s), "prod/payment: the container must run as 10001 (deploy/Dockerfile's user) on a read-only")
 
     def test_missing_prestop_or_short_grace_period_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
@@ -344,7 +303,11 @@ class ConsistencyTest(unittest.TestCase):
         self.pod(k8s["dev"], "Deployment", "payment")["containers"][0]["startupProbe"]["failureThreshold"] = 30
         self.assert_fails(self.failures(k8s=k8s), "dev/payment: startupProbe allows 60 s")
 
-    # --- prod Ingress and the gateway's reach -----------------------------------------------
+
+class IngressTest(TidyCase):
+    """deploy/tidy/ingress.py: prod's Ingress and the gateway's reach."""
+
+    CHECK = ingress
 
     def test_ingress_exposing_health_metrics_or_admin_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
@@ -363,7 +326,11 @@ class ConsistencyTest(unittest.TestCase):
         self.doc(k8s["prod"], "NetworkPolicy", "gateway")["spec"]["ingress"] = [{"ports": [{"port": 8080}]}]
         self.assert_fails(self.failures(k8s=k8s), "prod/gateway: port 8080 must admit the ingress controller's namespace, not anyone")
 
-    # --- the dev overlay's ConfigMaps of deploy/observability/ --------------------------------
+
+class RenderedCopiesTest(TidyCase):
+    """deploy/tidy/rendered_copies.py."""
+
+    CHECK = rendered_copies
 
     def test_rendered_configmap_drift_fails(self) -> None:
         k8s = copy.deepcopy(self.k8s)
@@ -373,6 +340,38 @@ class ConsistencyTest(unittest.TestCase):
         failures = self.failures(k8s=k8s)
         self.assert_fails(failures, "dev: ConfigMap otel-collector-config key config.yaml differs from deploy/observability/otel-collector.yaml")
         self.assert_fails(failures, "dev: ConfigMap grafana-dashboards holds ['sagaworks-overview.json']")
+
+
+class PrometheusVariantTest(TidyCase):
+    """deploy/tidy/prometheus_variant.py."""
+
+    CHECK = prometheus_variant
+
+    def test_prometheus_variant_drift_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        configmap = next(d for d in k8s["dev"] if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("prometheus-config-"))
+        config = yaml.safe_load(configmap["data"]["prometheus.yml"])
+        config["global"]["scrape_interval"] = "30s"
+        configmap["data"]["prometheus.yml"] = yaml.safe_dump(config)
+        self.assert_fails(self.failures(k8s=k8s), "dev: prometheus.yml: global differs from the compose config")
+
+
+class TopicsJobTest(TidyCase):
+    """deploy/tidy/topics_job.py."""
+
+    CHECK = topics_job
+
+    def test_topic_prefix_mismatch_fails(self) -> None:
+        k8s = copy.deepcopy(self.k8s)
+        env = self.pod(k8s["dev"], "Job", "kafka-topics")["containers"][0]["env"]
+        next(e for e in env if e["name"] == "TOPIC_PREFIX")["value"] = "other"
+        self.assert_fails(self.failures(k8s=k8s), "dev/Job/kafka-topics: TOPIC_PREFIX 'other' differs from order's")
+
+
+class TelemetryReleasesTest(TidyCase):
+    """deploy/tidy/telemetry_releases.py."""
+
+    CHECK = telemetry_releases
 
     def test_untested_telemetry_release_or_config_fails(self) -> None:
         compose = copy.deepcopy(self.compose)
@@ -385,7 +384,7 @@ class ConsistencyTest(unittest.TestCase):
         self.pod(k8s["dev"], "Deployment", "otel-collector")["containers"][0]["image"] = (
             "otel/opentelemetry-collector-contrib:0.165")
         failures = self.failures(compose=compose, k8s=k8s)
-        releases = consistency.tested_releases(ROOT)
+        releases = telemetry_releases.tested_releases(ROOT)
         self.assertEqual(set(releases), {"jaeger", "otel-collector"})
         self.assert_fails(failures, "compose/jaeger: image must be jaegertracing/jaeger:" + releases["jaeger"])
         self.assert_fails(failures, "compose/jaeger: must run --config=/etc/jaeger/config.yaml")
@@ -393,6 +392,12 @@ class ConsistencyTest(unittest.TestCase):
                           + releases["otel-collector"] + ".<patch>")
         self.assert_fails(failures, "dev/Deployment/jaeger: must mount the ConfigMap of deploy/observability/jaeger.yaml")
         self.assert_fails(failures, "dev/Deployment/otel-collector: image must be")
+
+
+class KafkaReleaseTest(TidyCase):
+    """deploy/tidy/kafka_release.py."""
+
+    CHECK = kafka_release
 
     def test_an_untested_kafka_release_fails(self) -> None:
         compose = copy.deepcopy(self.compose)
@@ -404,10 +409,16 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "dev/StatefulSet/kafka: image must be apache/kafka:4.4.0")
         self.assertFalse([f for f in failures if f.startswith("compose/kafka:")], failures)
 
+
+class LocalImagesTest(TidyCase):
+    """deploy/tidy/local_images.py."""
+
+    CHECK = local_images
+
     def test_a_local_image_of_another_release_or_a_pulled_one_fails(self) -> None:
-        local = yaml.safe_load((ROOT / consistency.LOCAL_COMPOSE).read_text())
-        report = consistency.Report()
-        consistency.check_local_images(report, self.compose, ROOT, local)
+        local = yaml.safe_load((ROOT / local_images.LOCAL_COMPOSE).read_text())
+        report = common.Report()
+        local_images.check_local_images(report, self.compose, ROOT, local)
         self.assertEqual(report.failures, [])
         services = local["services"]
         services["postgres"]["image"] = "sagaworks-local/postgres:15"
@@ -419,8 +430,8 @@ class ConsistencyTest(unittest.TestCase):
         services["grafana"] = {"image": "sagaworks-local/grafana:12"}
         compose = copy.deepcopy(self.compose)
         del compose["services"]["grafana"]["profiles"]
-        report = consistency.Report()
-        consistency.check_local_images(report, compose, ROOT, local)
+        report = common.Report()
+        local_images.check_local_images(report, compose, ROOT, local)
         failures = report.failures
         self.assert_fails(failures, "local.yml/postgres: image must be sagaworks-local/postgres:17")
         self.assert_fails(failures, "local.yml/kafka-init: image must be sagaworks-local/kafka:4.4.0")
@@ -431,16 +442,18 @@ class ConsistencyTest(unittest.TestCase):
         self.assert_fails(failures, "local.yml: grafana has no image built here")
         self.assert_fails(failures, "compose/grafana: must sit behind a profile")
 
+
+class KafkaSecurityTest(TidyCase):
+    """deploy/tidy/kafka_security.py."""
+
+    CHECK = kafka_security
+
     def test_unsecured_kafka_or_drifted_acls_fail(self) -> None:
         compose = copy.deepcopy(self.compose)
         services = compose["services"]
         services["order"]["environment"]["APP_KAFKA__SECURITY_PROTOCOL"] = "plaintext"
-        services["payment"]["environment"]["APP_KAFKA__SASL_PASSWORD"] = "not-the-brokers"
-        services["kafka"]["environment"]["SCRAM_USERS"] = "order payment"
         services["kafka"]["healthcheck"]["test"] = ["CMD-SHELL", "kafka-broker-api-versions.sh --bootstrap-server localhost:9092"]
         k8s = copy.deepcopy(self.k8s)
-        inventory = self.pod(k8s["dev"], "Deployment", "inventory")["containers"][0]
-        inventory["env"] = [e for e in inventory["env"] if e["name"] != "APP_KAFKA__SASL_PASSWORD"]
         certificate = self.doc(k8s["dev"], "Certificate", "kafka")
         certificate["spec"]["dnsNames"] = ["kafka"]
         del certificate["spec"]["privateKey"]["encoding"]
@@ -448,16 +461,13 @@ class ConsistencyTest(unittest.TestCase):
         acls["data"]["acls.txt"] += "User:inventory|topic|prefixed|All|@PREFIX@\n"
         failures = self.failures(compose=compose, k8s=k8s)
         self.assert_fails(failures, "compose/order: APP_KAFKA__SECURITY_PROTOCOL must be sasl_ssl")
-        self.assert_fails(failures, "compose/payment: APP_KAFKA__SASL_PASSWORD must be the broker's PAYMENT_KAFKA_PASSWORD")
-        self.assert_fails(failures, "compose/kafka: SCRAM_USERS must be the backends of services.toml")
         self.assert_fails(failures, "compose/kafka: the healthcheck must authenticate (--command-config)")
-        self.assert_fails(failures, "dev/inventory: APP_KAFKA__SASL_PASSWORD must come from the Secret")
         self.assert_fails(failures, "dev/Certificate/kafka: dnsNames must include")
         self.assert_fails(failures, "dev/Certificate/kafka: the key must be PKCS8")
         self.assert_fails(failures, "dev: ConfigMap kafka-acls key acls.txt differs from deploy/kafka/acls.txt")
 
     def test_kafka_nodes_certificate_from_the_services_ca_fails(self) -> None:
-        services_ca = next(v for v in self.compose["services"]["order"]["volumes"] if consistency._compose_mount(v)[0] == "/certs/ca.pem")
+        services_ca = next(v for v in self.compose["services"]["order"]["volumes"] if common._compose_mount(v)[0] == "/certs/ca.pem")
         # The broker trusts (and its certificate comes from) the services' CA file.
         compose = copy.deepcopy(self.compose)
         compose["services"]["kafka"]["environment"]["TLS_CA_FILE"] = "/certs/ca.pem"
@@ -488,53 +498,14 @@ class ConsistencyTest(unittest.TestCase):
             for rel in ("deploy/kafka", "scripts/lib"):
                 shutil.copytree(ROOT / rel, root / rel)
             shutil.copy2(ROOT / "services.toml", root / "services.toml")
-            report = consistency.Report()
-            consistency.check_kafka_security(report, self.compose, {}, root)
+            report = common.Report()
+            kafka_security.check_kafka_security(report, self.compose, {}, root)
             self.assertEqual(report.failures, [], "the real files agree")
-            # A new consumer in services.toml: its ACLs are missing from the committed file.
-            toml = root / "services.toml"
-            toml.write_text(toml.read_text().replace('consumes = []', 'consumes = ["order"]', 1))
             start = root / "deploy/kafka/start.sh"
             start.write_text(start.read_text().replace("allow.everyone.if.no.acl.found=false", "allow.everyone.if.no.acl.found=true"))
-            report = consistency.Report()
-            consistency.check_kafka_security(report, self.compose, {}, root)
-            self.assert_fails(report.failures, "deploy/kafka/acls.txt differs from scripts/lib/kafka_acls.py's ACLs")
+            report = common.Report()
+            kafka_security.check_kafka_security(report, self.compose, {}, root)
             self.assert_fails(report.failures, "deploy/kafka/start.sh: no allow.everyone.if.no.acl.found=false")
-
-    def test_prometheus_variant_drift_fails(self) -> None:
-        k8s = copy.deepcopy(self.k8s)
-        configmap = next(d for d in k8s["dev"] if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("prometheus-config-"))
-        config = yaml.safe_load(configmap["data"]["prometheus.yml"])
-        config["global"]["scrape_interval"] = "30s"
-        config["scrape_configs"][1]["dns_sd_configs"][0]["port"] = 7081
-        config["scrape_configs"][2]["dns_sd_configs"][0]["names"] = ["inventory"]
-        configmap["data"]["prometheus.yml"] = yaml.safe_dump(config)
-        failures = self.failures(k8s=k8s)
-        self.assert_fails(failures, "dev: prometheus.yml: global differs from the compose config")
-        self.assert_fails(failures, "dev: prometheus.yml: job order must find its pods by DNS (type A, port 8081)")
-        self.assert_fails(failures, "dev: prometheus.yml: job inventory resolves inventory, which must be a headless Service")
-
-    def test_topic_prefix_mismatch_fails(self) -> None:
-        k8s = copy.deepcopy(self.k8s)
-        env = self.pod(k8s["dev"], "Job", "kafka-topics")["containers"][0]["env"]
-        next(e for e in env if e["name"] == "TOPIC_PREFIX")["value"] = "other"
-        self.assert_fails(self.failures(k8s=k8s), "dev/Job/kafka-topics: TOPIC_PREFIX 'other' differs from order's")
-
-    def test_malformed_keys_file_is_rejected(self) -> None:
-        with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
-            f.write("APP_HTTP__PORT gateway\nAPP_X__Y nosuchservice\n")
-            f.flush()
-            with self.assertRaisesRegex(ValueError, ":2: expected"):
-                consistency.load_keys(Path(f.name))
-
-    def test_keys_file_groups_stand_for_services_toml(self) -> None:
-        with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
-            f.write("APP_HTTP__PORT @all\nAPP_GRPC__PORT @backends\nAPP_AUTH__JWKS_URL gateway\n")
-            f.flush()
-            keys = consistency.load_keys(Path(f.name))
-        self.assertEqual(keys["APP_HTTP__PORT"], set(SERVICES))
-        self.assertEqual(keys["APP_GRPC__PORT"], {n for n, s in SERVICES.items() if s.kind == "backend"})
-        self.assertEqual(keys["APP_AUTH__JWKS_URL"], {"gateway"})
 
 
 class ServicesFileTest(unittest.TestCase):
@@ -542,7 +513,7 @@ class ServicesFileTest(unittest.TestCase):
 
     def test_services_toml_names_exactly_the_service_directories(self) -> None:
         directories = {p.name for p in (ROOT / "services").iterdir() if p.is_dir()}
-        listed = set(consistency.load_services(ROOT / "services.toml"))
+        listed = set(common.load_services(ROOT / "services.toml"))
         self.assertEqual(
             sorted(directories - listed), [],
             "directories under services/ that services.toml does not name (add a [[service]] table)",
@@ -550,23 +521,6 @@ class ServicesFileTest(unittest.TestCase):
         self.assertEqual(
             sorted(listed - directories), [], "services.toml names services without a directory under services/"
         )
-
-    def test_design_table_agrees_with_services_toml(self) -> None:
-        text = (ROOT / "docs" / "design.md").read_text()
-        section = text.split("## Services, ports, config", 1)[1].split("\n## ", 1)[0]
-        table = next(block for block in section.split("\n\n") if block.lstrip().startswith("|"))
-        rows = {}
-        for line in table.strip().splitlines()[2:]:
-            name, grpc, http, db, role = (cell.strip().strip("`") for cell in line.strip("|").split("|"))
-            if name in SERVICES:
-                rows[name] = (grpc, http, db, role)
-        want = {
-            name: (str(spec.ports.grpc or "-"), str(spec.ports.http),
-                   f"sagaworks_{spec.database.suffix}" if spec.database else "-",
-                   spec.database.role if spec.database else "-")
-            for name, spec in SERVICES.items()
-        }
-        self.assertEqual(rows, want, "docs/design.md, \"Services, ports, config\" vs services.toml")
 
     def test_malformed_services_toml_is_rejected(self) -> None:
         good = (ROOT / "services.toml").read_text()
@@ -586,21 +540,21 @@ class ServicesFileTest(unittest.TestCase):
                 f.write(text)
                 f.flush()
                 with self.assertRaisesRegex(ValueError, needle):
-                    consistency.load_services(Path(f.name))
+                    common.load_services(Path(f.name))
 
 
 class WorkflowsTest(unittest.TestCase):
-    """The CI pipelines of .github/workflows/: one per service of services.toml (consistency.py's
+    """The CI pipelines of .github/workflows/: one per service of services.toml (deploy/tidy/'s
     check_workflows), and scripts/new-service renders the new service's from the template."""
 
     def copy(self, tmp: str) -> Path:
         root = Path(tmp)
-        shutil.copytree(ROOT / consistency.WORKFLOWS_DIR, root / consistency.WORKFLOWS_DIR)
+        shutil.copytree(ROOT / tidy_workflows.WORKFLOWS_DIR, root / tidy_workflows.WORKFLOWS_DIR)
         return root
 
     def failures(self, root: Path, services=None) -> list[str]:
-        report = consistency.Report()
-        consistency.check_workflows(report, root, services)
+        report = common.Report()
+        tidy_workflows.check_workflows(report, root, services)
         return report.failures
 
     def assert_fails(self, failures: list[str], needle: str) -> None:
@@ -612,7 +566,7 @@ class WorkflowsTest(unittest.TestCase):
     def test_a_service_without_its_workflow_fails(self) -> None:
         with tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
             root = self.copy(tmp)
-            (root / consistency.WORKFLOWS_DIR / "order.yml").unlink()
+            (root / tidy_workflows.WORKFLOWS_DIR / "order.yml").unlink()
             self.assert_fails(self.failures(root), "order: no workflow .github/workflows/order.yml")
             # A service services.toml gains without a workflow.
             self.assert_fails(self.failures(ROOT, [*SERVICES, "shipping"]), "shipping: no workflow")
@@ -620,7 +574,7 @@ class WorkflowsTest(unittest.TestCase):
     def test_a_workflow_of_a_service_that_does_not_exist_fails(self) -> None:
         with tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
             root = self.copy(tmp)
-            workflows = root / consistency.WORKFLOWS_DIR
+            workflows = root / tidy_workflows.WORKFLOWS_DIR
             (workflows / "shipping.yml").write_text((workflows / "payment.yml").read_text().replace("payment", "shipping"))
             failures = self.failures(root)
             self.assert_fails(failures, ".github/workflows/shipping.yml names a service that does not exist")
@@ -634,7 +588,7 @@ class WorkflowsTest(unittest.TestCase):
     def test_a_workflow_off_its_paths_or_calling_another_service_fails(self) -> None:
         with tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
             root = self.copy(tmp)
-            workflows = root / consistency.WORKFLOWS_DIR
+            workflows = root / tidy_workflows.WORKFLOWS_DIR
             payment = workflows / "payment.yml"
             payment.write_text(payment.read_text().replace('"services/payment/**"', '"services/paymnt/**"', 1))
             inventory = workflows / "inventory.yml"
@@ -652,7 +606,7 @@ class WorkflowsTest(unittest.TestCase):
         self.assert_fails(self.failures(ROOT, [*SERVICES, "libs"]), "libs: its workflow would be .github/workflows/libs.yml, a shared workflow")
 
     def test_a_release_that_could_publish_before_its_tests_or_advisories_pass_fails(self) -> None:
-        release_rel = consistency.WORKFLOWS_DIR / consistency.RELEASE
+        release_rel = tidy_workflows.WORKFLOWS_DIR / tidy_workflows.RELEASE
         original = (ROOT / release_rel).read_text()
         self.assertIn("needs: [services, tests, advisories]", original)
         self.assertIn("needs: [image, tests, advisories]", original)
@@ -681,7 +635,7 @@ class WorkflowsTest(unittest.TestCase):
                 self.assert_fails(self.failures(root), needle)
         with tempfile.TemporaryDirectory(prefix="sw-workflows-") as tmp:
             root = self.copy(tmp)
-            advisories = root / consistency.WORKFLOWS_DIR / consistency.ADVISORIES
+            advisories = root / tidy_workflows.WORKFLOWS_DIR / tidy_workflows.ADVISORIES
             advisories.write_text(advisories.read_text().replace("scripts/advisories --online", "scripts/advisories")
                                   .replace("  schedule:\n", "  unscheduled:\n"))
             failures = self.failures(root)
@@ -693,7 +647,7 @@ class WorkflowsTest(unittest.TestCase):
         template = (ROOT / "deploy" / "template" / "workflow.yml").read_text()
         for name in SERVICES:
             self.assertEqual(
-                (ROOT / consistency.WORKFLOWS_DIR / f"{name}.yml").read_text(),
+                (ROOT / tidy_workflows.WORKFLOWS_DIR / f"{name}.yml").read_text(),
                 template.replace("{{name}}", name),
                 f"{name}.yml is deploy/template/workflow.yml rendered for {name}",
             )
@@ -736,7 +690,7 @@ def fresh_name(base: str = "sample") -> str:
 
 class NewServiceTest(unittest.TestCase):
     """scripts/new-service in a copy of the repository: the service it adds passes every check
-    of consistency.py and the copy's own deploy files render; scripts/remove-service then
+    of deploy/tidy/ and the copy's own deploy files render; scripts/remove-service then
     leaves the copy byte for byte as it was. (No build here: tests/system/deploy.rs builds and
     tests the crate; scripts/test-new-service runs the service in dev-up and validates it with
     every tool of scripts/validate-deploy.)"""
@@ -753,15 +707,15 @@ class NewServiceTest(unittest.TestCase):
             self.assertIn(f".github/workflows/{name}.yml", added)
             self.assertIn(f"k8s/base/{name}/deployment.yaml", added)
             self.assertIn(f"k8s/overlays/dev/infra/postgres/{name}-db.yaml", added)
-            workflow = (root / consistency.WORKFLOWS_DIR / f"{name}.yml").read_text()
+            workflow = (root / tidy_workflows.WORKFLOWS_DIR / f"{name}.yml").read_text()
             self.assertNotIn("{{name}}", workflow)
-            services = consistency.load_services(root / "services.toml")
+            services = common.load_services(root / "services.toml")
             self.assertIn(name, services)
-            report = consistency.Report()
-            consistency.check_workflows(report, root, list(services))
+            report = common.Report()
+            tidy_workflows.check_workflows(report, root, list(services))
             self.assertEqual(report.failures, [])
 
-            # The copy's compose file and overlays, checked by the copy's consistency.py (it
+            # The copy's compose file and overlays, checked by the copy's deploy/tidy/ (it
             # reads the copy's services.toml).
             env = {**os.environ, "GATEWAY_JWT_SECRET": "test"} | {
                 f"{user.upper()}_KAFKA_PASSWORD": f"{user}-test"
@@ -779,8 +733,8 @@ class NewServiceTest(unittest.TestCase):
                 (root / ".dev" / f"{overlay}.yaml").write_text(out)
                 args += ["--k8s", f"{overlay}=.dev/{overlay}.yaml"]
             checked = subprocess.run(
-                [sys.executable, "deploy/consistency.py", "--keys", "deploy/config-keys.txt", "--compose",
-                 ".dev/compose.yml", *args], cwd=root, capture_output=True, text=True)
+                [sys.executable, "deploy/tidy/main.py", "--compose", ".dev/compose.yml", *args],
+                cwd=root, capture_output=True, text=True)
             self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
             self.assertIn(name, yaml.safe_load(compose)["services"])
             shutil.rmtree(root / ".dev")
@@ -821,7 +775,7 @@ class ReleaseImagesTest(unittest.TestCase):
             out = subprocess.run([*kustomize, str(overlay)], check=True, capture_output=True, text=True).stdout
         images = set()
         for doc in yaml.safe_load_all(out):
-            if doc and doc.get("kind") in consistency.WORKLOAD_KINDS:
+            if doc and doc.get("kind") in common.WORKLOAD_KINDS:
                 spec = doc["spec"]["template"]["spec"]
                 images |= {c["image"] for c in spec.get("containers", []) + spec.get("initContainers", [])}
         self.assertEqual(images, {f"{self.REPOSITORY}/{name}@{self.digest(name)}" for name in names})
@@ -1367,10 +1321,10 @@ class ManagedServicesExampleTest(unittest.TestCase):
             kustomize = os.environ.get("SW_KUSTOMIZE", "kubectl kustomize").split()
             out = subprocess.run([*kustomize, str(kustomization.parent)], check=True, capture_output=True, text=True).stdout
         docs = [d for d in yaml.safe_load_all(out) if d]
-        report = consistency.Report()
-        consistency.check_workloads(report, "prod", docs)
-        consistency.check_service_pods(report, "prod", docs)
-        consistency.check_ingress(report, "prod", docs)
+        report = common.Report()
+        workloads.check_workloads(report, "prod", docs)
+        service_pods.check_service_pods(report, "prod", docs)
+        ingress.check_ingress(report, "prod", docs)
         self.assertEqual(report.failures, [])
         for svc in DB_SERVICES:
             pod = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == svc)["spec"]["template"]["spec"]

@@ -1,5 +1,5 @@
 """services.toml, the one list of services, read and checked for every Python tool:
-deploy/consistency.py and its tests, scripts/lib/wiring.py (new-service, remove-service),
+deploy/tidy and its tests, scripts/lib/generate/ (scripts/generate),
 scripts/lib/kafka_acls.py (Kafka's users, topics and ACLs) and deploy/release_images.py.
 
     from services_toml import load_services, backends

@@ -1,5 +1,5 @@
 //! `services.toml` (the repository root): the one list of services, which the scripts
-//! (`scripts/lib/services.sh`), the deploy checks (`deploy/consistency.py`) and these tests
+//! (`scripts/lib/services.sh`), `scripts/generate`, the deploy checks (`deploy/tidy`) and these tests
 //! read. Its comments say what each field means; `deploy/test_deploy.py` checks that it is
 //! well formed and names exactly the directories under `services/`.
 

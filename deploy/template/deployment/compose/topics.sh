@@ -1,0 +1,1 @@
+for aggregate in {{topics}}; do

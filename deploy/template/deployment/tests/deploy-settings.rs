@@ -1,0 +1,1 @@
+"{{name}}" => Service::of::<{{name}}::config::Settings>(name, http, grpc),
