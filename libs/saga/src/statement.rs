@@ -39,7 +39,6 @@
 //! sequence of parts gives the same SQL text, which sqlx prepares once per
 //! connection.
 
-use sagaworks_outbox::Bind;
 use sagaworks_outbox::PendingEvent;
 use sqlx::postgres::PgArguments;
 use sqlx::{Arguments, Postgres};
@@ -157,9 +156,11 @@ impl Statement {
         let cte = PendingEvent::cte(&name, self.count + 1, Some(guard.0));
         self.next_part();
         self.sql.push_str(&cte);
-        // PendingEvent binds its values through the Bind trait below.
-        let this = std::mem::take(self);
-        *self = event.bind(this);
+        let before = self.args.len();
+        if let Err(e) = event.add_to(&mut self.args) {
+            self.fail(e.to_string());
+        }
+        self.count += self.args.len() - before;
     }
 
     /// `WITH <parts> <select>` and its values.
@@ -376,13 +377,6 @@ fn placeholder(n: usize) -> String {
     p.push('$');
     p.extend(digits[i..].iter().map(|&d| d as char));
     p
-}
-
-impl<'q> Bind<'q> for Statement {
-    fn bind_value<T: 'q + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>>(mut self, value: T) -> Self {
-        self.bind(value);
-        self
-    }
 }
 
 #[cfg(test)]

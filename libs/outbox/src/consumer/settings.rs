@@ -13,8 +13,7 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ConsumerSettings {
-    /// The group: the inbox's `consumer_group`; on Kafka, `<topic prefix>.<group>`
-    /// ([`kafka::group_name`]).
+    /// The group: the inbox's `consumer_group`; on Kafka, `<topic prefix>.<group>`.
     pub group_id: String,
     /// Aggregate types to read; each becomes `<topic_prefix>.<type>`.
     pub topics: Vec<String>,
