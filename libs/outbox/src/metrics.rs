@@ -20,7 +20,7 @@
 //! [`OutboxGauges`] as a `/metrics` scrape hook.
 
 use futures::future::BoxFuture;
-use sagaworks_runtime::health::ScrapeHook;
+use sagaworks_runtime::ScrapeHook;
 use sqlx::PgPool;
 
 pub(crate) const OUTBOX_PUBLISHED_TOTAL: &str = "outbox_published_total";

@@ -73,7 +73,7 @@ pub struct ConsumerSettings {
     pub crash_point: ConsumerCrashPoint,
 }
 
-impl sagaworks_runtime::host::TestHooks for ConsumerSettings {
+impl sagaworks_runtime::TestHooks for ConsumerSettings {
     fn built_in(&self) -> bool {
         cfg!(feature = "test-hooks")
     }

@@ -172,7 +172,7 @@ impl Selector {
 }
 
 /// Who acts, why, and the key that makes a repeated call a replay of the first.
-pub use sagaworks_runtime::operator::Operator;
+pub use sagaworks_runtime::Operator;
 
 /// What a replay or discard did.
 #[derive(Debug, Clone, PartialEq, Eq)]

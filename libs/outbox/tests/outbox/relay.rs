@@ -215,7 +215,7 @@ async fn payload_over_the_limit_is_refused_at_write_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_backlog_gauge_equals_the_unpublished_count() {
-    use sagaworks_runtime::health::Readiness;
+    use sagaworks_runtime::Readiness;
     let env = env("relay_metrics").await;
     let _ = sagaworks_runtime::metrics::handle();
     let ready = Readiness::new().with_gauges(sagaworks_outbox::testing::OutboxGauges {
