@@ -402,6 +402,23 @@ mod tests {
     }
 
     #[test]
+    fn an_event_takes_the_next_ten_placeholders_and_values_and_later_binds_follow_them() {
+        use sagaworks_outbox::{NewEvent, OutboxWriter};
+        let mut w = Statement::new();
+        let a = w.bind(1_i64);
+        w.guard("s", format!("SELECT {a}"));
+        let event = NewEvent::new("order", "o-1", "OrderConfirmed", serde_json::json!({"n": 1})).unwrap();
+        w.event(OutboxWriter::new("test").stage(event).unwrap());
+        assert_eq!(w.bind("after"), "$12", "the event's values are $2..$11");
+        let (sql, args) = w.finish("SELECT 1").unwrap();
+        assert!(
+            sql.contains("SELECT $2, $3, $4, $5, $6, $7, $8, 'application/json', $9, $10, $11 FROM s"),
+            "{sql}"
+        );
+        assert_eq!(args.len(), 12, "one value per placeholder");
+    }
+
+    #[test]
     fn every_guarded_write_selects_from_the_guard() {
         let mut w = Statement::new();
         let id = w.bind(1_i64);
