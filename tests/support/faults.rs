@@ -22,7 +22,7 @@ pub async fn restart_inventory_with_faults(stack: &mut Stack) {
         http: local(0),
         database: stack.inventory_db.settings(),
         kafka: stack.kafka_for("inventory"),
-        fault: sagaworks_runtime::fault::FaultSettings { enabled: true },
+        fault: sagaworks_runtime::FaultSettings { enabled: true },
         ..Default::default()
     };
     stack.inventory = Running::start_on_same_port::<crate::Inventory>("inventory", settings).await;

@@ -1,8 +1,8 @@
 //! The resilience stack end to end: a dead participant opens the breaker and orders fail
 //! fast without compensating what was never sent; a slow participant hits the timeout
 //! and the saga compensates; a flood beyond the bulkhead is shed at once while the
-//! caller stays healthy. Participants are made slow with the fault injection of
-//! `sagaworks_runtime::fault` (`PUT /fault`) or stopped dead (`Running::kill`).
+//! caller stays healthy. Participants are made slow with the runtime's fault
+//! injection (`PUT /fault`, `sagaworks_runtime::FaultSettings`) or stopped dead (`Running::kill`).
 //!
 //! No test here measures how long anything took. They synchronise on events: a call
 //! *held* by the fault injection (`"hold": true`) is known to be unanswered until the

@@ -1156,7 +1156,7 @@ fn assert_each_refused<S: Clone>(
     service: &str,
     safe: &S,
     tweaks: Vec<BackendTweak<S>>,
-    check: impl Fn(&S) -> Result<(), sagaworks_runtime::host::HostError>,
+    check: impl Fn(&S) -> Result<(), sagaworks_runtime::HostError>,
     develop: impl Fn(&mut S),
 ) {
     let check = |s: &S| check(s).map_err(|e| e.to_string());

@@ -13,7 +13,7 @@ use tower::{Layer, Service};
 /// Counter of refused calls, labelled `service`, `method` (the gRPC path, or `_OTHER`
 /// for a method no caller may call, so a caller cannot invent series) and `caller` (the
 /// identity in its certificate, `unknown` without one).
-pub const DENIED_METRIC: &str = "rpc_server_denied_total";
+pub(crate) const DENIED_METRIC: &str = "rpc_server_denied_total";
 
 /// Applies `policy` to every call (see the crate docs). The server must run with TLS
 /// that requires client certificates: the caller is read from the certificate the

@@ -11,11 +11,11 @@ use tonic::transport::{Certificate, ClientTlsConfig};
 /// Counter of the attempts to load changed certificate files, labelled `service` and
 /// `outcome`: `loaded` (new handshakes use them) or `rejected` (unreadable, unparseable
 /// or not this service's: the previous ones stay in use, and an error is logged).
-pub const RELOADS_METRIC: &str = "tls_certificate_reloads_total";
+pub(crate) const RELOADS_METRIC: &str = "tls_certificate_reloads_total";
 
 /// Gauge of the `notAfter` of the certificate in use, seconds since the epoch, labelled
 /// `service`: an alert can fire before a certificate that is not being renewed expires.
-pub const EXPIRY_METRIC: &str = "tls_certificate_expiry_timestamp_seconds";
+pub(crate) const EXPIRY_METRIC: &str = "tls_certificate_expiry_timestamp_seconds";
 
 /// A service's certificate, key and CA bundle, loaded from [`TlsSettings`]. Clones share
 /// them: [`Identity::reload`] (run every `reload_interval_ms` by [`Identity::watch`])

@@ -19,7 +19,7 @@
 //! * [`incoming`] and [`TlsConnector`]: the gRPC server's and clients' TLS connections,
 //!   made with the identity's material of the moment.
 //! * A service's identity is the URI SAN of its certificate, `spiffe://<trust
-//!   domain>/<service>` ([`spiffe_id`]), read by [`caller_of`].
+//!   domain>/<service>`, which the server reads from the caller's certificate.
 //! * [`Policy`]: the allow-list, parsed from the `services.toml` the service compiles in
 //!   and hands over (this library reads no deployment file): each
 //!   service's `[service.rpcs]` names the methods it calls on each callee, so the
@@ -28,7 +28,7 @@
 //!   alone the consumers accept on it.
 //! * [`AuthorizeLayer`]: the server layer that applies it, answering
 //!   `PERMISSION_DENIED` and counting `rpc_server_denied_total{service,method,caller}`.
-//! * [`dev_ca`] (feature `dev-ca`): the development CA of `scripts/dev-up` and the tests.
+//! * `dev_ca` (feature `dev-ca`): the development CA of `scripts/dev-up` and the tests.
 
 mod authorize;
 #[cfg(feature = "dev-ca")]
@@ -43,12 +43,12 @@ mod settings;
 mod spiffe;
 mod transport;
 
-pub use authorize::{Authorize, AuthorizeLayer, DENIED_METRIC};
-pub use identity::{EXPIRY_METRIC, Identity, RELOADS_METRIC};
+pub use authorize::{Authorize, AuthorizeLayer};
+pub use identity::Identity;
 pub use policy::{Policy, PolicyError, topic_sources};
 pub use settings::TlsSettings;
-pub use spiffe::{caller_of, spiffe_id};
-pub use transport::{HANDSHAKE_TIMEOUT, TlsConnector, incoming};
+pub(crate) use spiffe::{caller_of, spiffe_id};
+pub use transport::{TlsConnector, incoming};
 
 /// Why TLS could not be set up.
 #[derive(Debug, thiserror::Error)]

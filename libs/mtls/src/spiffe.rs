@@ -5,7 +5,7 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 /// The identity of `service` in `trust_domain`: `spiffe://<trust_domain>/<service>`.
-pub fn spiffe_id(trust_domain: &str, service: &str) -> String {
+pub(crate) fn spiffe_id(trust_domain: &str, service: &str) -> String {
     format!("spiffe://{trust_domain}/{service}")
 }
 
@@ -13,7 +13,7 @@ pub fn spiffe_id(trust_domain: &str, service: &str) -> String {
 /// `spiffe://<trust_domain>/<service>` whose service is a name of services.toml's form
 /// (lower-case letters and digits). `None` for anything else, an unparseable
 /// certificate included. Only meaningful for a certificate the TLS handshake verified.
-pub fn caller_of(der: &[u8], trust_domain: &str) -> Option<String> {
+pub(crate) fn caller_of(der: &[u8], trust_domain: &str) -> Option<String> {
     let (_, cert) = X509Certificate::from_der(der).ok()?;
     let prefix = format!("spiffe://{trust_domain}/");
     let san = cert.subject_alternative_name().ok()??;

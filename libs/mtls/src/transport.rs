@@ -13,14 +13,14 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 
 /// How long a peer has to complete its TLS handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many finished handshakes may wait for the server to take them.
 const BACKLOG: usize = 64;
 
 /// The TLS connections accepted on `listener`, for tonic's `serve_with_incoming*`: each
 /// TCP connection gets `TCP_NODELAY` and its handshake in a task of its own (bounded by
-/// [`HANDSHAKE_TIMEOUT`]), so a slow or failing peer holds up no one else. A failed
+/// `HANDSHAKE_TIMEOUT`), so a slow or failing peer holds up no one else. A failed
 /// handshake is logged at debug level and dropped. The peer's certificates reach the
 /// requests as tonic's `TlsConnectInfo`. Accepting stops when the stream is dropped.
 pub fn incoming(

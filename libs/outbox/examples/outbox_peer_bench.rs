@@ -46,6 +46,7 @@ use sagaworks_outbox::kafka::{TopicSettings, ensure_topics, topic_name};
 use sagaworks_outbox::{NewEvent, OutboxWriter, PendingEvents, Relay, RelaySettings};
 use sqlx::PgPool;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -307,10 +308,11 @@ fn spawn_reader(
                 s.malformed += 1;
                 continue;
             };
-            if s.first.contains_key(&id) {
-                s.duplicates += 1;
-            } else {
-                s.first.insert(id, at);
+            match s.first.entry(id) {
+                Entry::Occupied(_) => s.duplicates += 1,
+                Entry::Vacant(first) => {
+                    first.insert(at);
+                }
             }
             let prev = s.last_n.insert(key.clone(), n);
             if let Some(p) = prev.filter(|p| *p >= n) {

@@ -1,7 +1,7 @@
 //! Test-only fault hooks: abort the process at the point where a crash is
 //! hardest to recover from, so a chaos run (`scripts/chaos`) shows that
 //! nothing is lost and nothing takes effect twice. Off by default; a service
-//! refuses to start with one in production (`sagaworks_runtime::host::TestHooks`). The process dies
+//! refuses to start with one in production (`sagaworks_runtime::TestHooks`). The process dies
 //! there the first time it gets there (it is gone after that); restarted
 //! without the setting, it recovers. The aborts are built only with the cargo
 //! feature `test-hooks`; without it a service refuses a crash point in every
@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Why production refuses a crash point (the settings that hold one implement
-/// [`sagaworks_runtime::host::TestHooks`] with it).
+/// [`sagaworks_runtime::TestHooks`] with it).
 pub(crate) const CRASH_POINT: &str = "a test-only hook that aborts the process on purpose (scripts/chaos)";
 
 /// `[outbox] crash_point` (`APP_OUTBOX__CRASH_POINT`): where the relay aborts

@@ -5,7 +5,7 @@ use crate::{OutboxError, kafka};
 use futures::future::BoxFuture;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use sagaworks_config::KafkaSettings;
-use sagaworks_runtime::health::Check;
+use sagaworks_runtime::Check;
 use std::sync::Arc;
 use std::time::Duration;
 

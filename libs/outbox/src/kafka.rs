@@ -2,16 +2,15 @@
 //! broker health check.
 //!
 //! * Topic names: [`topic_name`] (`<prefix>.<aggregate_type>`) and
-//!   [`dlq_topic`] (`<topic>.dlq`); consumer groups: [`group_name`]
-//!   (`<prefix>.<group>`).
+//!   [`dlq_topic`] (`<topic>.dlq`); consumer groups: `<prefix>.<group>`.
 //! * Header names of the CloudEvents binary-mode envelope: [`headers`] (the
-//!   dead-letter ones: [`crate::dead_letter::headers`]).
+//!   dead-letter ones are the consumer's own).
 //! * [`client_config`] — `bootstrap.servers` plus the extra librdkafka
 //!   properties from [`KafkaSettings::properties`] (security settings etc.).
 //! * [`ensure_topics`] — creates missing topics, because a real cluster usually
 //!   runs with `auto.create.topics.enable=false`.
-//! * [`close`] — drops a client on a thread of its own, never on the runtime;
-//!   [`OffRuntimeDrop`] does the same for a client dropped without `close`.
+//! * [`close`] — drops a client on a thread of its own, never on the runtime
+//!   (the crate's own clients do the same when dropped without `close`).
 
 use crate::OutboxError;
 use rdkafka::ClientConfig;
@@ -23,7 +22,7 @@ use std::time::{Duration, Instant};
 
 /// Gauge: Kafka clients being closed right now. One that stays above zero is
 /// a close that hangs (on its own thread, where it harms nobody).
-pub const KAFKA_CLIENTS_CLOSING: &str = "kafka_clients_closing";
+pub(crate) const KAFKA_CLIENTS_CLOSING: &str = "kafka_clients_closing";
 
 /// Header names (see docs/design.md, "Events").
 pub mod headers {
@@ -66,7 +65,7 @@ pub fn topic_name(kafka: &KafkaSettings, aggregate_type: &str) -> String {
 /// e.g. `sagaworks.inventory`. Like the topics, the groups of environments
 /// that share a cluster (or of tests that share a broker) are then apart.
 /// The inbox, the metrics and the dead-letter headers keep the logical name.
-pub fn group_name(kafka: &KafkaSettings, group: &str) -> String {
+pub(crate) fn group_name(kafka: &KafkaSettings, group: &str) -> String {
     format!("{}.{}", kafka.topic_prefix, group)
 }
 
@@ -173,7 +172,7 @@ fn topic_is_unknown(error: Option<rdkafka::types::RDKafkaRespErr>) -> bool {
 /// worker thread that stalls every task scheduled there — with two workers,
 /// two such drops (after a broker kill in `scripts/chaos`, say) silence the
 /// whole process. On its own thread a hung destroy costs one parked thread and
-/// shows in [`KAFKA_CLIENTS_CLOSING`].
+/// shows in the `kafka_clients_closing` gauge.
 pub async fn close<T: Send + 'static>(client: T, what: &'static str, wait: Duration) {
     let Some(closed) = close_on_own_thread(client, what) else { return };
     if !wait.is_zero() && tokio::time::timeout(wait, closed).await.is_err() {
@@ -218,14 +217,14 @@ fn close_on_own_thread<T: Send + 'static>(
 /// Dropped where a Tokio runtime is current, the client is handed to
 /// [`close`]'s thread without waiting; elsewhere (on that thread, say) it is
 /// dropped in place.
-pub struct OffRuntimeDrop<T: Send + 'static> {
+pub(crate) struct OffRuntimeDrop<T: Send + 'static> {
     client: Option<T>,
     what: &'static str,
 }
 
 impl<T: Send + 'static> OffRuntimeDrop<T> {
     /// Wraps `client`; `what` names its closing thread (`kafka-close-{what}`).
-    pub fn new(client: T, what: &'static str) -> Self {
+    pub(crate) fn new(client: T, what: &'static str) -> Self {
         Self { client: Some(client), what }
     }
 }

@@ -12,24 +12,24 @@
 //!   same round trip ([`PendingEvents`]: several events, of several
 //!   aggregates, at once).
 //! * [`Relay`] — publishes committed rows to `<topic_prefix>.<aggregate_type>`
-//!   (key = aggregate id, CloudEvents binary-mode headers), woken by `NOTIFY`
-//!   on [`NOTIFY_CHANNEL`] (only while it sleeps: [`WAKE_LOCK`]) with a
-//!   polling fallback; a row the broker acked is deleted (the topic is then
-//!   its record).
+//!   (key = aggregate id, CloudEvents binary-mode headers), woken by a
+//!   writer's `NOTIFY` (only while it sleeps) with a polling fallback; a row
+//!   the broker acked is deleted (the topic is then its record).
 //! * [`Consumer`] — feeds a [`Handler`] exactly once per event and consumer
 //!   group (inbox table), retries, and dead-letters to `<topic>.dlq`.
 //! * [`dead_letter`] — everything about dead letters: why a consumer parks a
-//!   message ([`DlqReason`]) and the headers it adds, and listing, replaying
+//!   message and the headers it adds, and listing, replaying
 //!   and discarding them (the operators' API, [`DeadLetters`]).
-//! * [`service`] — a service's relay and consumer tasks and readiness, wired
-//!   from its settings.
-//! * [`OutboxGauges`] (the scrape hook of the backlog gauges) and
-//!   [`BrokerCheck`] (for `/health/ready`).
+//! * [`service`] — a service's relay and consumer tasks and readiness (the
+//!   broker check and the backlog gauges), wired from its settings.
 //! * [`kafka`] — topic names, header names, client config, topic creation.
 //! * [`ledger`] — a copy of every event written, for verification runs and
 //!   tests (the relay deletes what it published).
 //! * [`ConsumerCrashPoint`], [`RelayCrashPoint`] — test-only crash points
 //!   for chaos runs (off by default).
+//! * `testing` (cargo feature `test-hooks`) — the wake-up protocol's channel
+//!   and lock, the payload limit, and the readiness parts [`service`] wires,
+//!   for the crate's own tests.
 //!
 //! The tables come with the crate: run [`migrator`] next to the service's own
 //! migrations.
@@ -40,9 +40,7 @@
 //! sagaworks_runtime::db::migrate(&pool, &mut [order::migrator(), sagaworks_outbox::migrator()]).await?;
 //! tokio::spawn(Relay::new(pool.clone(), &settings.kafka, settings.outbox.clone())?.run(token.clone()));
 //! tokio::spawn(Consumer::new(pool.clone(), &settings.kafka, consumer_settings, handler)?.run(token.clone()));
-//! let ready = Readiness::new()
-//!     .with_check(BrokerCheck::new(&settings.kafka)?)
-//!     .with_gauges(OutboxGauges { pool: pool.clone(), service: "order".into() });
+//! let ready = sagaworks_outbox::service::readiness(Readiness::new(), &pool, &settings.kafka, &settings.outbox)?;
 //! ```
 //!
 //! # Guarantees
@@ -72,7 +70,7 @@
 //!   blocking only that aggregate's later events (other aggregates flow), and
 //!   shows up in `outbox_publish_errors_total`, `outbox_backlog` and
 //!   `outbox_oldest_unpublished_age_seconds`: alert on the age. The writer's
-//!   [`MAX_PAYLOAD_BYTES`] check prevents the common case.
+//!   payload limit ([`OutboxError::PayloadTooLarge`]) prevents the common case.
 //! * **Poison messages** go to `<topic>.dlq` with the error and the original
 //!   coordinates in headers; the partition keeps moving.
 //!
@@ -99,6 +97,8 @@ pub mod ledger;
 mod metrics;
 mod relay;
 pub mod service;
+#[cfg(feature = "test-hooks")]
+pub mod testing;
 mod wake;
 mod writer;
 
@@ -106,17 +106,11 @@ pub use consumer::{
     Consumer, ConsumerSettings, Handler, HandlerError, ReceivedEvent, UnsupportedVersionPolicy,
 };
 pub use crash::{ConsumerCrashPoint, RelayCrashPoint};
-pub use dead_letter::{DeadLetterError, DeadLetterSettings, DeadLetters, DlqReason, Refusal};
+pub use dead_letter::{DeadLetterError, DeadLetterSettings, DeadLetters};
 pub use error::OutboxError;
-pub use health::BrokerCheck;
-pub use metrics::OutboxGauges;
 pub use relay::{Relay, RelaySettings};
-pub use sagaworks_event::{DecodeError, Envelope, Event, decode_payload};
-pub use wake::{NOTIFY_CHANNEL, WAKE_LOCK};
-pub use writer::{
-    Bind, MAX_PAYLOAD_BYTES, NewEvent, OutboxWriter, PENDING_EVENT_PARAMS, PendingEvent, PendingEvents,
-    ToOutbox,
-};
+pub use sagaworks_event::{DecodeError, Event};
+pub use writer::{NewEvent, OutboxWriter, PendingEvent, PendingEvents, ToOutbox};
 
 /// Migrations for the `outbox` and `inbox` tables (share `_sqlx_migrations`
 /// with the service's own; see `sagaworks_runtime::db::migrate`).

@@ -20,21 +20,21 @@
 //! [`OutboxGauges`] as a `/metrics` scrape hook.
 
 use futures::future::BoxFuture;
-use sagaworks_runtime::health::ScrapeHook;
+use sagaworks_runtime::ScrapeHook;
 use sqlx::PgPool;
 
-pub const OUTBOX_PUBLISHED_TOTAL: &str = "outbox_published_total";
-pub const OUTBOX_PUBLISH_ERRORS_TOTAL: &str = "outbox_publish_errors_total";
-pub const OUTBOX_BACKLOG: &str = "outbox_backlog";
-pub const OUTBOX_OLDEST_UNPUBLISHED_AGE_SECONDS: &str = "outbox_oldest_unpublished_age_seconds";
-pub const OUTBOX_PUBLISH_LATENCY_SECONDS: &str = "outbox_publish_latency_seconds";
-pub const CONSUMER_PROCESSED_TOTAL: &str = "consumer_processed_total";
-pub const CONSUMER_ERRORS_TOTAL: &str = "consumer_errors_total";
-pub const CONSUMER_DLQ_TOTAL: &str = "consumer_dlq_total";
-pub const CONSUMER_LAG: &str = "consumer_lag";
+pub(crate) const OUTBOX_PUBLISHED_TOTAL: &str = "outbox_published_total";
+pub(crate) const OUTBOX_PUBLISH_ERRORS_TOTAL: &str = "outbox_publish_errors_total";
+pub(crate) const OUTBOX_BACKLOG: &str = "outbox_backlog";
+pub(crate) const OUTBOX_OLDEST_UNPUBLISHED_AGE_SECONDS: &str = "outbox_oldest_unpublished_age_seconds";
+pub(crate) const OUTBOX_PUBLISH_LATENCY_SECONDS: &str = "outbox_publish_latency_seconds";
+pub(crate) const CONSUMER_PROCESSED_TOTAL: &str = "consumer_processed_total";
+pub(crate) const CONSUMER_ERRORS_TOTAL: &str = "consumer_errors_total";
+pub(crate) const CONSUMER_DLQ_TOTAL: &str = "consumer_dlq_total";
+pub(crate) const CONSUMER_LAG: &str = "consumer_lag";
 
 /// Sets `outbox_backlog` and `outbox_oldest_unpublished_age_seconds` from the table.
-pub async fn refresh_outbox_gauges(pool: &PgPool, service: &str) -> Result<(), sqlx::Error> {
+pub(crate) async fn refresh_outbox_gauges(pool: &PgPool, service: &str) -> Result<(), sqlx::Error> {
     let (backlog, age): (i64, Option<f64>) = sqlx::query_as(
         "SELECT count(*), EXTRACT(EPOCH FROM now() - min(created_at))::float8
          FROM outbox",

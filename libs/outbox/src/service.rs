@@ -7,12 +7,12 @@
 //! host.run(routes, readiness, tasks, shutdown).await
 //! ```
 
-use crate::{
-    BrokerCheck, Consumer, ConsumerSettings, Handler, OutboxError, OutboxGauges, Relay, RelaySettings,
-};
+use crate::health::BrokerCheck;
+use crate::metrics::OutboxGauges;
+use crate::{Consumer, ConsumerSettings, Handler, OutboxError, Relay, RelaySettings};
 use sagaworks_config::KafkaSettings;
-use sagaworks_runtime::health::Readiness;
-use sagaworks_runtime::host::Task;
+use sagaworks_runtime::Readiness;
+use sagaworks_runtime::Task;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 

@@ -59,7 +59,7 @@ pub const WAKE_LOCK: i64 = 0x5341_4741_4F42_5831; // "SAGAOBX1"
 
 /// How long a relay waits for [`WAKE_LOCK`] when it parks: writers hold it
 /// in shared mode from their event's insert to their commit.
-pub const PARK_WAIT: Duration = Duration::from_millis(100);
+pub(crate) const PARK_WAIT: Duration = Duration::from_millis(100);
 
 /// The SQL expression an outbox insert returns per row: the writer's side of
 /// the protocol.
@@ -92,7 +92,7 @@ pub(crate) struct Wake {
 impl Wake {
     /// Opens the `LISTEN` connection if there is none (it stays out of the
     /// pool's rotation while the relay lives).
-    pub async fn connect(&mut self, pool: &PgPool) {
+    pub(crate) async fn connect(&mut self, pool: &PgPool) {
         if self.listener.is_some() {
             return;
         }
@@ -111,7 +111,7 @@ impl Wake {
     }
 
     /// Parks after an empty batch; see the module docs.
-    pub async fn park(&mut self) -> Parking {
+    pub(crate) async fn park(&mut self) -> Parking {
         if self.parked {
             return Parking::Sleep;
         }
@@ -158,7 +158,7 @@ impl Wake {
     }
 
     /// Releases the lock, if held: writers stop notifying.
-    pub async fn unpark(&mut self) {
+    pub(crate) async fn unpark(&mut self) {
         if !std::mem::take(&mut self.parked) {
             return;
         }
@@ -178,7 +178,7 @@ impl Wake {
     /// connection), then consumes those that arrived already: one wake-up is
     /// enough, the next batch takes every committed row. A lost connection
     /// (its lock went with it) ends the wait too.
-    pub async fn notified(&mut self) {
+    pub(crate) async fn notified(&mut self) {
         let Some(l) = self.listener.as_mut() else {
             return std::future::pending().await;
         };
@@ -209,7 +209,7 @@ impl Wake {
 
     /// Releases the lock and closes the connection (which goes back to the
     /// pool: it must not keep the lock there).
-    pub async fn close(mut self) {
+    pub(crate) async fn close(mut self) {
         self.unpark().await;
     }
 }

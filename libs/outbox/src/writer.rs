@@ -1,11 +1,12 @@
 //! Writing events into the outbox, inside the business transaction.
 
-pub use crate::error::OutboxError;
+use crate::error::OutboxError;
 use crate::wake::NOTIFY_IF_PARKED;
 use sagaworks_event::Event;
+use sqlx::error::BoxDynError;
 use sqlx::postgres::PgArguments;
 use sqlx::query::{Query, QueryAs, QueryScalar};
-use sqlx::{PgConnection, Postgres};
+use sqlx::{Arguments, PgConnection, Postgres};
 use std::sync::LazyLock;
 use uuid::Uuid;
 
@@ -181,7 +182,7 @@ pub struct PendingEvent {
 const OUTBOX_COLUMNS: &str = "id, aggregate_type, aggregate_id, event_type, schema_version, data_schema, source, content_type, payload, traceparent, tracestate";
 
 /// How many parameters [`PendingEvent::cte`] takes.
-pub const PENDING_EVENT_PARAMS: usize = 10;
+pub(crate) const PENDING_EVENT_PARAMS: usize = 10;
 
 impl PendingEvent {
     /// The event's id (the CloudEvents `id`).
@@ -191,9 +192,8 @@ impl PendingEvent {
 
     /// `name AS (INSERT INTO outbox ...)`, a data-modifying CTE that inserts
     /// the event and, when a relay sleeps, NOTIFYs it (delivered at commit;
-    /// see [`WAKE_LOCK`](crate::WAKE_LOCK)). It takes
-    /// [`PENDING_EVENT_PARAMS`] parameters from `$first` on, bound by
-    /// [`Self::bind`] after the statement's own. With `once_per`, the name
+    /// see the `wake` module). It takes ten parameters from `$first` on,
+    /// bound by [`Self::bind`] (or [`Self::add_to`]) after the statement's own. With `once_per`, the name
     /// of an earlier CTE of the statement, the event is inserted once per row
     /// that CTE returns: give one that returns a row exactly when the
     /// business write happened.
@@ -219,7 +219,8 @@ impl PendingEvent {
         sql
     }
 
-    /// Binds the event's [`PENDING_EVENT_PARAMS`] values, in the order of [`Self::cte`].
+    /// Binds the event's ten values to a sqlx `query`, `query_as` or
+    /// `query_scalar`, in the order of [`Self::cte`].
     pub fn bind<'q, Q: Bind<'q>>(self, query: Q) -> Q {
         query
             .bind_value(self.id)
@@ -232,6 +233,22 @@ impl PendingEvent {
             .bind_value(self.payload)
             .bind_value(self.traceparent)
             .bind_value(self.tracestate)
+    }
+
+    /// Adds the event's ten values to `args`, in the order of [`Self::cte`]:
+    /// for a statement assembled by hand, whose `$n` follow the arguments'
+    /// count.
+    pub fn add_to(self, args: &mut PgArguments) -> Result<(), BoxDynError> {
+        args.add(self.id)?;
+        args.add(self.aggregate_type)?;
+        args.add(self.aggregate_id)?;
+        args.add(self.event_type)?;
+        args.add(self.schema_version)?;
+        args.add(self.data_schema)?;
+        args.add(self.source)?;
+        args.add(self.payload)?;
+        args.add(self.traceparent)?;
+        args.add(self.tracestate)
     }
 }
 
@@ -261,7 +278,7 @@ impl PendingEvents {
 
     /// `name AS (INSERT INTO outbox ...)`, one row per event, in the order
     /// they were pushed; like [`PendingEvent::cte`], it NOTIFYs a sleeping
-    /// relay. It takes [`PENDING_EVENT_PARAMS`] parameters (arrays) from
+    /// relay. It takes ten parameters (arrays) from
     /// `$first` on, bound by [`Self::bind`].
     pub fn cte(name: &str, first: usize) -> String {
         let p = |i: usize| format!("${}", first + i);
@@ -290,7 +307,8 @@ impl PendingEvents {
         )
     }
 
-    /// Binds the events' [`PENDING_EVENT_PARAMS`] arrays, in the order of [`Self::cte`].
+    /// Binds the events' ten arrays to a sqlx `query`, `query_as` or
+    /// `query_scalar`, in the order of [`Self::cte`].
     pub fn bind<'q, Q: Bind<'q>>(self, query: Q) -> Q {
         let mut columns = (vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
         for e in self.0 {
@@ -326,7 +344,9 @@ impl FromIterator<PendingEvent> for PendingEvents {
 }
 
 /// A sqlx query that takes one more parameter: `query`, `query_as` and
-/// `query_scalar` alike.
+/// `query_scalar` alike. Public only as the bound of [`PendingEvent::bind`]
+/// and [`PendingEvents::bind`]: outside the crate it cannot be named, so
+/// these three are all it is implemented for.
 pub trait Bind<'q>: Sized {
     fn bind_value<T: 'q + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>>(self, value: T) -> Self;
 }

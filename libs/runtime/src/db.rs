@@ -18,7 +18,7 @@ pub enum DbError {
 
 /// A lazily connecting pool: the service starts (and reports not-ready) even
 /// when its database is down, and recovers when it comes back.
-pub fn pool(settings: &DatabaseSettings) -> Result<PgPool, DbError> {
+pub(crate) fn pool(settings: &DatabaseSettings) -> Result<PgPool, DbError> {
     let mut options = PgConnectOptions::from_str(&settings.url).map_err(DbError::Url)?;
     if !settings.plan_cache_mode.is_empty() {
         options = options.options([("plan_cache_mode", settings.plan_cache_mode.as_str())]);
@@ -64,7 +64,7 @@ pub async fn migrate(pool: &PgPool, migrators: &mut [Migrator]) -> Result<(), Db
 pub const NO_FLUSH_WAIT: &str = "(SELECT set_config('synchronous_commit', 'off', true)) no_flush_wait";
 
 /// `SELECT 1` within `timeout`.
-pub async fn ping(pool: &PgPool, timeout: Duration) -> Result<(), String> {
+pub(crate) async fn ping(pool: &PgPool, timeout: Duration) -> Result<(), String> {
     match tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(pool)).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),

@@ -33,7 +33,7 @@ pub trait ScrapeHook: Send + Sync + 'static {
 }
 
 /// The database answers `SELECT 1` within a second.
-pub struct DbCheck(pub PgPool);
+pub(crate) struct DbCheck(pub PgPool);
 
 impl Check for DbCheck {
     fn name(&self) -> &str {
@@ -52,7 +52,7 @@ pub struct Readiness {
 }
 
 /// Gauge: 1 when a readiness check passed at its last evaluation, else 0.
-pub const HEALTH_CHECK_UP: &str = "health_check_up";
+pub(crate) const HEALTH_CHECK_UP: &str = "health_check_up";
 
 /// What the checks said.
 #[derive(Debug, Clone, PartialEq)]

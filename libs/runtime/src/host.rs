@@ -146,20 +146,20 @@ impl HostSettings<'_> {
 macro_rules! host_settings {
     ($settings:ty $(, test_hooks: [$($hooks:ident),* $(,)?])?) => {
         impl $settings {
-            /// What the service host reads ([`ServiceHost::build`](sagaworks_runtime::host::ServiceHost::build)).
-            pub fn host(&self) -> $crate::host::HostSettings<'_> {
+            /// What the service host reads ([`ServiceHost::build`](sagaworks_runtime::ServiceHost::build)).
+            pub fn host(&self) -> $crate::HostSettings<'_> {
                 #[allow(unused_mut)]
-                let mut test_hooks: Vec<$crate::host::TestHook> = Vec::new();
+                let mut test_hooks: Vec<$crate::TestHook> = Vec::new();
                 $($(
-                    for (key, why) in $crate::host::TestHooks::hooks_on(&self.$hooks) {
-                        test_hooks.push($crate::host::TestHook {
+                    for (key, why) in $crate::TestHooks::hooks_on(&self.$hooks) {
+                        test_hooks.push($crate::TestHook {
                             key: format!("{}.{key}", stringify!($hooks)),
                             why,
-                            built_in: $crate::host::TestHooks::built_in(&self.$hooks),
+                            built_in: $crate::TestHooks::built_in(&self.$hooks),
                         });
                     }
                 )*)?
-                $crate::host::HostSettings {
+                $crate::HostSettings {
                     environment: self.environment,
                     database: &self.database,
                     grpc: &self.grpc,
@@ -197,7 +197,7 @@ pub struct ServiceHost {
 }
 
 /// Applies `migrators` to the database of `database` and closes the pool: the
-/// `migrate` command of a service binary ([`crate::cli`]).
+/// `migrate` command of a service binary ([`crate::ServiceCommand`]).
 pub async fn migrate_only(
     database: &DatabaseSettings,
     mut migrators: Vec<Migrator>,
@@ -209,7 +209,7 @@ impl ServiceHost {
     /// Refuses what `settings.environment` does not allow ([`HostSettings::check`]), loads the TLS identity
     /// (`tls`, see [`sagaworks_mtls`]), creates the pool, applies `migrators` (when
     /// `database.migrate`), binds both ports, and turns fault injection on when
-    /// `fault.enabled` ([`crate::fault`]). `name` is the service's name in services.toml
+    /// `fault.enabled` ([`crate::FaultSettings`]). `name` is the service's name in services.toml
     /// (its allow-list, its certificate's identity) and labels its request metrics.
     pub async fn build(
         name: &'static str,

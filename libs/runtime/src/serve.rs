@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 
 /// Serves `router` until `shutdown`, then drains in-flight requests.
-pub async fn http(
+pub(crate) async fn http(
     listener: TcpListener,
     router: axum::Router,
     shutdown: CancellationToken,
@@ -30,7 +30,7 @@ pub async fn http(
 /// checked against `policy` (the caller's identity may call that method) before it
 /// reaches `routes`. Each handshake uses the identity's certificate and CA bundle of the
 /// moment ([`Identity::watch`] reloads them).
-pub async fn grpc(
+pub(crate) async fn grpc(
     name: &'static str,
     listener: TcpListener,
     routes: tonic::service::Routes,

@@ -7,9 +7,9 @@
 //! is logged, because the code that would log is what stopped.
 //!
 //! So the check runs outside the runtime: a heartbeat task on the runtime
-//! bumps a counter every [`TICK`], and a thread of its own watches the
-//! counter. When the heartbeat is late by more than [`THRESHOLD`], the thread
-//! logs an error (again every [`REPEAT`] while it lasts) and counts
+//! bumps a counter every `TICK`, and a thread of its own watches the
+//! counter. When the heartbeat is late by more than `THRESHOLD`, the thread
+//! logs an error (again every `REPEAT` while it lasts) and counts
 //! `runtime_stalls_total`; when the heartbeat is back it logs how long the
 //! runtime was stalled. `/health/live` does not answer during a stall either,
 //! which is what gets the process restarted; the log says why it was.
@@ -28,15 +28,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Counter: runtime stalls longer than [`THRESHOLD`] since the process started.
-pub const RUNTIME_STALLS_TOTAL: &str = "runtime_stalls_total";
+pub(crate) const RUNTIME_STALLS_TOTAL: &str = "runtime_stalls_total";
 
 /// How often the heartbeat beats and the watching thread looks.
-pub const TICK: Duration = Duration::from_millis(100);
+pub(crate) const TICK: Duration = Duration::from_millis(100);
 /// A heartbeat this late is a stall. Far above any scheduling delay of a
 /// busy machine, far below the timeouts of the services' callers.
-pub const THRESHOLD: Duration = Duration::from_secs(1);
+pub(crate) const THRESHOLD: Duration = Duration::from_secs(1);
 /// While a stall lasts, it is logged again this often.
-pub const REPEAT: Duration = Duration::from_secs(10);
+pub(crate) const REPEAT: Duration = Duration::from_secs(10);
 
 #[derive(Default)]
 struct Heartbeat {
@@ -54,7 +54,7 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// Starts watching the current runtime with the default [`THRESHOLD`].
+/// Starts watching the current runtime with the default `THRESHOLD`.
 /// Must be called inside a Tokio runtime; fails only if no thread can be started.
 pub fn spawn() -> std::io::Result<()> {
     // Registered at 0 on the recorder that /metrics renders.
@@ -74,7 +74,7 @@ pub fn spawn() -> std::io::Result<()> {
 
 /// What the watching thread reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stall {
+pub(crate) enum Stall {
     /// The heartbeat is `late` by more than the threshold.
     Started { late: Duration },
     /// Still stalled, every [`REPEAT`].
@@ -84,7 +84,7 @@ pub enum Stall {
 }
 
 /// [`spawn`] with another threshold and another reaction (tests).
-pub fn spawn_with(
+pub(crate) fn spawn_with(
     threshold: Duration,
     mut report: impl FnMut(Stall) + Send + 'static,
 ) -> std::io::Result<()> {

@@ -21,7 +21,8 @@
 //!
 //! What a host uses:
 //!
-//! * [`Definition`] — the steps in order; a misdeclared saga does not compile.
+//! * [`Definition`] — the steps in order; a misdeclared saga does not compile
+//!   (its builder's types: [`definition`]).
 //! * [`Saga`], [`Action`], [`Compensation`] — what a host writes; a step reads
 //!   the saga's input and earlier outputs from its [`StepContext`] and fails
 //!   with a [`StepError`] (a gRPC status maps with [`StepContext::grpc_error`]).
@@ -30,10 +31,12 @@
 //!   host's writes), gives a [`Started`] to drive ([`Started::run`]), and
 //!   resumes instances ([`Engine::worker_task`]).
 //! * [`Statement`] — the one SQL statement a transition (or a start)
-//!   commits: its [`Guard`], the host's writes ([`Statement::guarded`]:
+//!   commits: its [`Guard`](statement::Guard), the host's writes ([`Statement::guarded`]:
 //!   written only while the driver holds the instance's lease) and events.
 //! * [`admin`] — operating instances: listing, stuck detection, and an
 //!   operator's retry now, compensate and resolve.
+//! * [`inspect`] — a step's and an attempt's records, a drive's outcome, a
+//!   version's status.
 //! * [`metrics`] — the names of the engine's metrics.
 //! * `testing` (feature `testing`) — the fault matrix generated from a
 //!   definition's [`Shape`], as `libtest-mimic` trials.
@@ -46,30 +49,33 @@
 //! `tests/example.rs` for a four-step saga with its generated fault matrix.
 
 pub mod admin;
-mod definition;
+pub mod definition;
 mod engine;
 mod faults;
 mod grpc;
 mod operator;
 mod settings;
-mod statement;
+pub mod statement;
 mod step;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use definition::{
-    AfterPivot, BeforePivot, Builder, Definition, DefinitionError, Shape, StepKind, StepOptions, StepShape,
-    valid_name,
-};
-pub use engine::{
-    DriveError, Driven, Engine, SettingsError, StartError, Started, VersionError, VersionStatus, Versions,
-};
+pub use definition::{Definition, Shape, valid_name};
+pub use engine::{Engine, SettingsError, StartError, Started, VersionError, Versions};
 pub use operator::{ActionKind, Operator, OperatorAction, OperatorRecord};
 pub use settings::SagaSettings;
-pub use statement::{Guard, Statement, Write};
+pub use statement::Statement;
 pub use step::{Action, Compensation, End, Saga, StepContext, StepError};
-pub use store::{AttemptRecord, InstanceRecord, SagaStatus, StepRecord, StepStatus, instance_json};
+pub use store::{InstanceRecord, SagaStatus, instance_json};
+
+/// What the engine reports beyond an [`InstanceRecord`]: its steps' and their
+/// attempts' records, the outcome of driving an instance
+/// ([`Engine::drive`]), and each version's instances ([`Versions`]).
+pub mod inspect {
+    pub use crate::engine::{DriveError, Driven, VersionStatus};
+    pub use crate::store::{AttemptRecord, StepRecord, StepStatus};
+}
 
 /// The names of the engine's metrics, each labelled `saga` (see [`Engine`]'s
 /// docs for the others).

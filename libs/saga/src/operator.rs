@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use sagaworks_runtime::operator::Operator;
+pub use sagaworks_runtime::Operator;
 
 /// What an operator does to an instance; see the module docs.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,6 +1,6 @@
 //! How an [`crate::Engine`] drives instances.
 
-use sagaworks_runtime::host::TestHooks;
+use sagaworks_runtime::TestHooks;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -39,7 +39,6 @@
 //! sequence of parts gives the same SQL text, which sqlx prepares once per
 //! connection.
 
-use sagaworks_outbox::Bind;
 use sagaworks_outbox::PendingEvent;
 use sqlx::postgres::PgArguments;
 use sqlx::{Arguments, Postgres};
@@ -157,9 +156,11 @@ impl Statement {
         let cte = PendingEvent::cte(&name, self.count + 1, Some(guard.0));
         self.next_part();
         self.sql.push_str(&cte);
-        // PendingEvent binds its values through the Bind trait below.
-        let this = std::mem::take(self);
-        *self = event.bind(this);
+        let before = self.args.len();
+        if let Err(e) = event.add_to(&mut self.args) {
+            self.fail(e.to_string());
+        }
+        self.count += self.args.len() - before;
     }
 
     /// `WITH <parts> <select>` and its values.
@@ -378,13 +379,6 @@ fn placeholder(n: usize) -> String {
     p
 }
 
-impl<'q> Bind<'q> for Statement {
-    fn bind_value<T: 'q + sqlx::Encode<'q, Postgres> + sqlx::Type<Postgres>>(mut self, value: T) -> Self {
-        self.bind(value);
-        self
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,6 +399,23 @@ mod tests {
         assert_eq!(w.guard_of(), Some(s));
         w.guarded("one", |g| g.update("t").set(format!("a = {a}")).filter(format!("b = {b}")));
         assert_eq!(parts(w), "WITH s AS (SELECT 1),\none AS (UPDATE t SET a = $1 FROM s WHERE b = $2)");
+    }
+
+    #[test]
+    fn an_event_takes_the_next_ten_placeholders_and_values_and_later_binds_follow_them() {
+        use sagaworks_outbox::{NewEvent, OutboxWriter};
+        let mut w = Statement::new();
+        let a = w.bind(1_i64);
+        w.guard("s", format!("SELECT {a}"));
+        let event = NewEvent::new("order", "o-1", "OrderConfirmed", serde_json::json!({"n": 1})).unwrap();
+        w.event(OutboxWriter::new("test").stage(event).unwrap());
+        assert_eq!(w.bind("after"), "$12", "the event's values are $2..$11");
+        let (sql, args) = w.finish("SELECT 1").unwrap();
+        assert!(
+            sql.contains("SELECT $2, $3, $4, $5, $6, $7, $8, 'application/json', $9, $10, $11 FROM s"),
+            "{sql}"
+        );
+        assert_eq!(args.len(), 12, "one value per placeholder");
     }
 
     #[test]

@@ -15,11 +15,12 @@
 
 use sagaworks_outbox::{NewEvent, OutboxWriter};
 use sagaworks_saga::admin::{self, ActionError, ListFilter, StatusFilter};
+use sagaworks_saga::definition::StepOptions;
+use sagaworks_saga::inspect::DriveError;
 use sagaworks_saga::testing::{self, Case};
 use sagaworks_saga::{
-    Action, Compensation, Definition, DriveError, End, Engine, Operator, OperatorAction, OperatorRecord,
-    Saga, SagaSettings, SagaStatus, StartError, Started, Statement, StepContext, StepError, StepOptions,
-    Versions,
+    Action, Compensation, Definition, End, Engine, Operator, OperatorAction, OperatorRecord, Saga,
+    SagaSettings, SagaStatus, StartError, Started, Statement, StepContext, StepError, Versions,
 };
 use sagaworks_test_support::TestDatabase;
 use serde::{Deserialize, Serialize};

@@ -131,7 +131,7 @@ impl Labels {
 /// PATCH, or `_OTHER` (OpenTelemetry's semantic conventions). The method is the client's
 /// choice and arrives before authentication: taken as it is, every invented method
 /// would make new metric series, without bound.
-pub fn method_label(method: &http::Method) -> &'static str {
+pub(crate) fn method_label(method: &http::Method) -> &'static str {
     use http::Method;
     match *method {
         Method::GET => "GET",

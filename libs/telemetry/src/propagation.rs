@@ -17,16 +17,16 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use std::collections::HashMap;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-pub use opentelemetry_http::{HeaderExtractor, HeaderInjector};
+pub(crate) use opentelemetry_http::{HeaderExtractor, HeaderInjector};
 
 /// The W3C header carrying trace id, parent span id and flags.
-pub const TRACEPARENT: &str = "traceparent";
+pub(crate) const TRACEPARENT: &str = "traceparent";
 /// The W3C header carrying vendor-specific trace state.
-pub const TRACESTATE: &str = "tracestate";
+pub(crate) const TRACESTATE: &str = "tracestate";
 
 /// The OpenTelemetry context of the current `tracing` span (or, when that has none, the
 /// context attached with the OpenTelemetry API).
-pub fn current_context() -> Context {
+pub(crate) fn current_context() -> Context {
     let cx = tracing::Span::current().context();
     if cx.span().span_context().is_valid() { cx } else { Context::current() }
 }
@@ -86,7 +86,7 @@ pub fn context_from_traceparent(traceparent: &str, tracestate: Option<&str>) -> 
 /// nothing after the flags (a later version may append `-` and more). The propagator
 /// is laxer (it pads a short id, for one), which is fine for the contexts the services
 /// write themselves but not for what an outside client sends.
-pub fn is_well_formed_traceparent(value: &str) -> bool {
+pub(crate) fn is_well_formed_traceparent(value: &str) -> bool {
     let parts: Vec<&str> = value.trim().split('-').collect();
     let [version, trace_id, parent_id, flags, rest @ ..] = parts.as_slice() else {
         return false;
@@ -105,18 +105,13 @@ pub fn is_well_formed_traceparent(value: &str) -> bool {
         && hex(flags, 2)
 }
 
-/// Writes the current context into `carrier` with the global propagator.
-pub fn inject(carrier: &mut impl Injector) {
-    inject_context(&current_context(), carrier)
-}
-
 /// Writes `cx` into `carrier` with the global propagator.
-pub fn inject_context(cx: &Context, carrier: &mut impl Injector) {
+pub(crate) fn inject_context(cx: &Context, carrier: &mut impl Injector) {
     opentelemetry::global::get_text_map_propagator(|propagator| propagator.inject_context(cx, carrier))
 }
 
 /// Reads a remote context from `carrier` with the global propagator (empty when there is none).
-pub fn extract(carrier: &impl Extractor) -> Context {
+pub(crate) fn extract(carrier: &impl Extractor) -> Context {
     opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(carrier))
 }
 

@@ -12,7 +12,7 @@ use sagaworks_proto::deadletter::v1::dead_letter_service_client::DeadLetterServi
 use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use sagaworks_proto::order::v1::order_service_client::OrderServiceClient;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
-use sagaworks_runtime::health::Readiness;
+use sagaworks_runtime::Readiness;
 use sagaworks_telemetry::grpc::ClientTraceLayer;
 use sagaworks_telemetry::http::{CallerTrace, ServerTraceLayer};
 use std::sync::Arc;

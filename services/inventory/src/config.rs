@@ -4,14 +4,14 @@
 use sagaworks_config::{DatabaseSettings, Environment, KafkaSettings, ListenSettings, TelemetrySettings};
 use sagaworks_mtls::TlsSettings;
 use sagaworks_outbox::{ConsumerSettings, RelaySettings};
-use sagaworks_runtime::fault::FaultSettings;
+use sagaworks_runtime::FaultSettings;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Settings {
     /// Where it runs (`APP_ENVIRONMENT`, required): `production` refuses TLS off, `/fault`,
-    /// every test hook and the weak settings `sagaworks_runtime::host::HostSettings::check`
+    /// every test hook and the weak settings `sagaworks_runtime::HostSettings::check`
     /// lists (see `sagaworks_config::Environment`).
     pub environment: Environment,
     /// Its certificate for mutual TLS on gRPC, both ways (`sagaworks_mtls`).

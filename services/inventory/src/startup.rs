@@ -5,8 +5,8 @@ use crate::events::OrderEvents;
 use crate::grpc::Inventory;
 use sagaworks_outbox::service;
 use sagaworks_proto::inventory::v1::inventory_service_server::InventoryServiceServer;
-use sagaworks_runtime::health::Readiness;
-use sagaworks_runtime::host::{HostError, ServiceHost};
+use sagaworks_runtime::Readiness;
+use sagaworks_runtime::{HostError, ServiceHost};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -31,7 +31,7 @@ pub fn migrators() -> Vec<sqlx::migrate::Migrator> {
 
 /// `inventory migrate`: applies [`migrators`] and returns.
 pub async fn migrate(settings: &Settings) -> Result<(), StartupError> {
-    Ok(sagaworks_runtime::host::migrate_only(&settings.database, migrators()).await?)
+    Ok(sagaworks_runtime::migrate_only(&settings.database, migrators()).await?)
 }
 
 impl Application {

@@ -5,7 +5,7 @@ use sagaworks_config::{DatabaseSettings, Environment, KafkaSettings, ListenSetti
 use sagaworks_mtls::TlsSettings;
 use sagaworks_outbox::{ConsumerSettings, DeadLetterSettings, RelaySettings};
 use sagaworks_resilience::ClientSettings;
-use sagaworks_runtime::fault::FaultSettings;
+use sagaworks_runtime::FaultSettings;
 use sagaworks_saga::SagaSettings;
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 #[serde(default)]
 pub struct Settings {
     /// Where it runs (`APP_ENVIRONMENT`, required): `production` refuses TLS off, `/fault`,
-    /// every test hook and the weak settings `sagaworks_runtime::host::HostSettings::check`
+    /// every test hook and the weak settings `sagaworks_runtime::HostSettings::check`
     /// lists (see `sagaworks_config::Environment`).
     pub environment: Environment,
     /// Its certificate for mutual TLS on gRPC, both ways (`sagaworks_mtls`).

@@ -9,8 +9,8 @@ use crate::timeline::Timeline;
 use sagaworks_outbox::{DeadLetters, service};
 use sagaworks_proto::deadletter::v1::dead_letter_service_server::DeadLetterServiceServer;
 use sagaworks_proto::order::v1::order_service_server::OrderServiceServer;
-use sagaworks_runtime::health::Readiness;
-use sagaworks_runtime::host::{HostError, ServiceHost};
+use sagaworks_runtime::Readiness;
+use sagaworks_runtime::{HostError, ServiceHost};
 use sagaworks_saga::Engine;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -46,7 +46,7 @@ pub fn migrators() -> Vec<sqlx::migrate::Migrator> {
 
 /// `order migrate`: applies [`migrators`] and returns.
 pub async fn migrate(settings: &Settings) -> Result<(), StartupError> {
-    Ok(sagaworks_runtime::host::migrate_only(&settings.database, migrators()).await?)
+    Ok(sagaworks_runtime::migrate_only(&settings.database, migrators()).await?)
 }
 
 impl Application {

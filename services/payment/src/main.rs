@@ -7,11 +7,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let command = sagaworks_runtime::cli::ServiceCli::command();
+    let command = sagaworks_runtime::ServiceCli::command();
     // Refuses to start unless APP_ENVIRONMENT (or the file) says where it runs.
     let settings: payment::config::Settings = sagaworks_config::load_service()?;
     let telemetry = sagaworks_telemetry::init("payment", env!("CARGO_PKG_VERSION"), &settings.telemetry)?;
-    if command == Some(sagaworks_runtime::cli::ServiceCommand::Migrate) {
+    if command == Some(sagaworks_runtime::ServiceCommand::Migrate) {
         let result = payment::startup::migrate(&settings).await;
         if result.is_ok() {
             tracing::info!("payment migrations applied");

@@ -4,8 +4,8 @@ use crate::config::Settings;
 use crate::grpc::Payments;
 use sagaworks_outbox::service;
 use sagaworks_proto::payment::v1::payment_service_server::PaymentServiceServer;
-use sagaworks_runtime::health::Readiness;
-use sagaworks_runtime::host::{HostError, ServiceHost};
+use sagaworks_runtime::Readiness;
+use sagaworks_runtime::{HostError, ServiceHost};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -30,7 +30,7 @@ pub fn migrators() -> Vec<sqlx::migrate::Migrator> {
 
 /// `payment migrate`: applies [`migrators`] and returns.
 pub async fn migrate(settings: &Settings) -> Result<(), StartupError> {
-    Ok(sagaworks_runtime::host::migrate_only(&settings.database, migrators()).await?)
+    Ok(sagaworks_runtime::migrate_only(&settings.database, migrators()).await?)
 }
 
 impl Application {

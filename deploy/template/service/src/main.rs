@@ -2,10 +2,10 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let command = sagaworks_runtime::cli::ServiceCli::command();
+    let command = sagaworks_runtime::ServiceCli::command();
     let settings: {{name}}::config::Settings = sagaworks_config::load_service()?;
     let telemetry = sagaworks_telemetry::init("{{name}}", env!("CARGO_PKG_VERSION"), &settings.telemetry)?;
-    if command == Some(sagaworks_runtime::cli::ServiceCommand::Migrate) {
+    if command == Some(sagaworks_runtime::ServiceCommand::Migrate) {
         let result = {{name}}::startup::migrate(&settings).await;
         if result.is_ok() {
             tracing::info!("{{name}} migrations applied");

@@ -8,8 +8,8 @@ use crate::saga::{self, ClaimUnit};
 use crate::pb::{{name}}_service_server::{{Name}}ServiceServer;
 use sagaworks_outbox::service;
 use sagaworks_resilience::ResilientChannel;
-use sagaworks_runtime::health::Readiness;
-use sagaworks_runtime::host::{HostError, ServiceHost};
+use sagaworks_runtime::Readiness;
+use sagaworks_runtime::{HostError, ServiceHost};
 use sagaworks_saga::Engine;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -44,7 +44,7 @@ pub fn migrators() -> Vec<sqlx::migrate::Migrator> {
 
 /// `{{name}} migrate`: applies [`migrators`] and returns.
 pub async fn migrate(settings: &Settings) -> Result<(), StartupError> {
-    Ok(sagaworks_runtime::host::migrate_only(&settings.database, migrators()).await?)
+    Ok(sagaworks_runtime::migrate_only(&settings.database, migrators()).await?)
 }
 
 impl Application {

@@ -13,8 +13,7 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ConsumerSettings {
-    /// The group: the inbox's `consumer_group`; on Kafka, `<topic prefix>.<group>`
-    /// ([`kafka::group_name`]).
+    /// The group: the inbox's `consumer_group`; on Kafka, `<topic prefix>.<group>`.
     pub group_id: String,
     /// Aggregate types to read; each becomes `<topic_prefix>.<type>`.
     pub topics: Vec<String>,
@@ -74,7 +73,7 @@ pub struct ConsumerSettings {
     pub crash_point: ConsumerCrashPoint,
 }
 
-impl sagaworks_runtime::host::TestHooks for ConsumerSettings {
+impl sagaworks_runtime::TestHooks for ConsumerSettings {
     fn built_in(&self) -> bool {
         cfg!(feature = "test-hooks")
     }

@@ -5,9 +5,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Gauge: messages in a dead-letter topic (`topic` = the DLQ topic).
-pub const DLQ_SIZE: &str = "dlq_size";
+pub(crate) const DLQ_SIZE: &str = "dlq_size";
 /// Gauge: messages in a dead-letter topic neither replayed nor discarded.
-pub const DLQ_PENDING: &str = "dlq_pending";
+pub(crate) const DLQ_PENDING: &str = "dlq_pending";
 
 impl DeadLetters {
     /// Refreshes the `dlq_size` and `dlq_pending` gauges every

@@ -6,16 +6,16 @@ use super::model::DlqReason;
 use rdkafka::message::{Header, OwnedHeaders};
 
 /// Why the message was parked: a [`DlqReason`] label.
-pub const DLQ_REASON: &str = "dlq_reason";
-pub const DLQ_ERROR: &str = "dlq_error";
-pub const DLQ_ATTEMPTS: &str = "dlq_attempts";
-pub const DLQ_ORIGINAL_TOPIC: &str = "dlq_original_topic";
-pub const DLQ_ORIGINAL_PARTITION: &str = "dlq_original_partition";
-pub const DLQ_ORIGINAL_OFFSET: &str = "dlq_original_offset";
+pub(crate) const DLQ_REASON: &str = "dlq_reason";
+pub(crate) const DLQ_ERROR: &str = "dlq_error";
+pub(crate) const DLQ_ATTEMPTS: &str = "dlq_attempts";
+pub(crate) const DLQ_ORIGINAL_TOPIC: &str = "dlq_original_topic";
+pub(crate) const DLQ_ORIGINAL_PARTITION: &str = "dlq_original_partition";
+pub(crate) const DLQ_ORIGINAL_OFFSET: &str = "dlq_original_offset";
 /// The consumer group that dead-lettered the message.
-pub const DLQ_GROUP: &str = "dlq_group";
+pub(crate) const DLQ_GROUP: &str = "dlq_group";
 /// On a replayed message: `<dlq topic>/<partition>/<offset>` it was replayed from.
-pub const DLQ_REPLAYED_FROM: &str = "dlq_replayed_from";
+pub(crate) const DLQ_REPLAYED_FROM: &str = "dlq_replayed_from";
 
 /// What a consumer records with a message it parks.
 #[derive(Debug, Clone, Copy)]

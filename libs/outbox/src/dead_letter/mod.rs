@@ -51,12 +51,12 @@
 //! discarded).
 //!
 //! The files: `model` (what an operator sees and asks for, and why a
-//! message was parked; re-exported here), [`headers`] (the `dlq_*` headers a consumer writes
+//! message was parked; re-exported here), `headers` (the `dlq_*` headers a consumer writes
 //! and the reader reads back), `reader` (reading the topics), `replay`
 //! (replay and discard), `audit` (the operators' records in the database)
 //! and `gauges`.
 
-pub mod headers;
+pub(crate) mod headers;
 mod model;
 
 mod audit;
@@ -64,11 +64,12 @@ mod gauges;
 mod reader;
 mod replay;
 
-pub use gauges::{DLQ_PENDING, DLQ_SIZE};
 pub use model::{
-    Acted, ActionRecord, DeadLetter, DeadLetterError, DlqReason, ListFilter, MessageId, Operator, Page,
-    Position, Refusal, Selector, State, TopicSummary,
+    Acted, ActionRecord, DeadLetter, DeadLetterError, ListFilter, MessageId, Operator, Page, Position,
+    Refusal, Selector, State, TopicSummary,
 };
+
+pub(crate) use model::DlqReason;
 
 use crate::OutboxError;
 use crate::kafka::{self, OffRuntimeDrop};

@@ -127,14 +127,14 @@ pub struct DeadLetter {
     pub actions: Vec<ActionRecord>,
 }
 
-/// Which messages [`DeadLetters::list`] returns.
+/// Which messages [`DeadLetters::list`](super::DeadLetters::list) returns.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
     pub state: Option<State>,
     pub key: Option<String>,
 }
 
-/// A page of [`DeadLetters::list`]; `next_cursor` is `None` on the last.
+/// A page of [`DeadLetters::list`](super::DeadLetters::list); `next_cursor` is `None` on the last.
 #[derive(Debug, Clone)]
 pub struct Page {
     pub messages: Vec<DeadLetter>,
@@ -172,7 +172,7 @@ impl Selector {
 }
 
 /// Who acts, why, and the key that makes a repeated call a replay of the first.
-pub use sagaworks_runtime::operator::Operator;
+pub use sagaworks_runtime::Operator;
 
 /// What a replay or discard did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,7 +219,7 @@ pub(super) fn refusals(all: &[Refusal]) -> String {
 /// Why a message was dead-lettered: the `dlq_reason` header, one of the
 /// API's [`reason`]s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DlqReason {
+pub(crate) enum DlqReason {
     /// Not a CloudEvent (a header missing or invalid).
     InvalidEnvelope,
     /// The handler said it will never succeed ([`HandlerError::Permanent`](crate::HandlerError::Permanent)).
@@ -235,18 +235,8 @@ pub enum DlqReason {
 }
 
 impl DlqReason {
-    /// Every reason.
-    pub const ALL: [DlqReason; 6] = [
-        Self::InvalidEnvelope,
-        Self::Rejected,
-        Self::RetriesExhausted,
-        Self::UnsupportedSchemaVersion,
-        Self::UntrustedSource,
-        Self::UnexpectedType,
-    ];
-
     /// The value of the `dlq_reason` header.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Self::InvalidEnvelope => reason::INVALID_ENVELOPE,
             Self::Rejected => reason::REJECTED,
@@ -276,7 +266,15 @@ mod tests {
 
     #[test]
     fn every_reason_is_one_the_api_names() {
-        assert_eq!(DlqReason::ALL.map(DlqReason::label), reason::ALL);
+        let every = [
+            DlqReason::InvalidEnvelope,
+            DlqReason::Rejected,
+            DlqReason::RetriesExhausted,
+            DlqReason::UnsupportedSchemaVersion,
+            DlqReason::UntrustedSource,
+            DlqReason::UnexpectedType,
+        ];
+        assert_eq!(every.map(DlqReason::label), reason::ALL);
     }
 
     #[test]

@@ -54,7 +54,7 @@ struct BatchOutcome {
 /// full batch). Under load the events of that interval share one batch, which
 /// saves the database and the broker a round of requests per commit. A batch
 /// that finds nothing *parks* the relay: it sleeps until a writer's NOTIFY
-/// (writers notify only while a relay is parked: see [`WAKE_LOCK`](crate::WAKE_LOCK)) or
+/// (writers notify only while a relay is parked: see the `wake` module) or
 /// every `poll_interval_ms` without one.
 ///
 /// # One batch

@@ -46,7 +46,7 @@ pub struct RelaySettings {
     pub crash_point: RelayCrashPoint,
 }
 
-impl sagaworks_runtime::host::TestHooks for RelaySettings {
+impl sagaworks_runtime::TestHooks for RelaySettings {
     fn built_in(&self) -> bool {
         cfg!(feature = "test-hooks")
     }

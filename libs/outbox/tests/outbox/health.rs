@@ -1,7 +1,7 @@
 //! The broker readiness check against a real broker that is then stopped.
 
-use sagaworks_outbox::BrokerCheck;
-use sagaworks_runtime::health::Readiness;
+use sagaworks_outbox::testing::BrokerCheck;
+use sagaworks_runtime::Readiness;
 use sagaworks_test_support::Broker;
 use std::time::Duration;
 

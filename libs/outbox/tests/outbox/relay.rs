@@ -2,12 +2,9 @@
 
 use crate::common::*;
 use rdkafka::message::Message;
-use sagaworks_outbox::WAKE_LOCK;
 use sagaworks_outbox::kafka::topic_name;
-use sagaworks_outbox::{
-    MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, NewEvent, OutboxError, OutboxWriter, PendingEvent, PendingEvents,
-    Relay,
-};
+use sagaworks_outbox::testing::{MAX_PAYLOAD_BYTES, NOTIFY_CHANNEL, WAKE_LOCK};
+use sagaworks_outbox::{NewEvent, OutboxError, OutboxWriter, PendingEvent, PendingEvents, Relay};
 use sagaworks_test_support::Broker;
 use sqlx::AssertSqlSafe;
 use std::time::Duration;
@@ -218,11 +215,13 @@ async fn payload_over_the_limit_is_refused_at_write_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_backlog_gauge_equals_the_unpublished_count() {
-    use sagaworks_runtime::health::Readiness;
+    use sagaworks_runtime::Readiness;
     let env = env("relay_metrics").await;
     let _ = sagaworks_runtime::metrics::handle();
-    let ready = Readiness::new()
-        .with_gauges(sagaworks_outbox::OutboxGauges { pool: env.pool.clone(), service: "test".into() });
+    let ready = Readiness::new().with_gauges(sagaworks_outbox::testing::OutboxGauges {
+        pool: env.pool.clone(),
+        service: "test".into(),
+    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, ready.router()).await.unwrap() });

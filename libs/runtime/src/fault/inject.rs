@@ -1,6 +1,6 @@
 //! The injector behind `/fault` and its tower layer (the cargo feature `test-hooks`).
 
-use super::{Fault, MAX_DELAY_MS};
+use super::request::{Fault, MAX_DELAY_MS};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -31,7 +31,7 @@ impl Drop for Active {
 
 /// Holds the active fault of one service; clones share it.
 #[derive(Debug, Clone, Default)]
-pub struct FaultInjector {
+pub(crate) struct FaultInjector {
     active: Arc<Mutex<Option<Active>>>,
 }
 
@@ -93,36 +93,36 @@ impl Drop for Held {
 
 impl FaultInjector {
     /// An injector with no fault set.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Replaces the active fault (after [`Fault::validate`]); the calls the fault before
     /// held are released.
-    pub fn set(&self, fault: Fault) {
+    pub(crate) fn set(&self, fault: Fault) {
         tracing::warn!(?fault, "fault injection: fault set");
         *self.lock() = Some(Active { fault, seen: 0, release: CancellationToken::new() });
     }
 
     /// Removes the active fault and releases the calls it held.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         if self.lock().take().is_some() {
             tracing::warn!("fault injection: fault cleared");
         }
     }
 
     /// The active fault, if any.
-    pub fn current(&self) -> Option<Fault> {
+    pub(crate) fn current(&self) -> Option<Fault> {
         self.lock().as_ref().map(|a| a.fault.clone())
     }
 
     /// The layer for the gRPC routes.
-    pub fn layer(&self) -> FaultLayer {
+    pub(crate) fn layer(&self) -> FaultLayer {
         FaultLayer { injector: self.clone() }
     }
 
     /// `PUT|GET|DELETE /fault`.
-    pub fn router(&self) -> Router {
+    pub(crate) fn router(&self) -> Router {
         Router::new()
             .route("/fault", put(put_fault).get(get_fault).delete(delete_fault))
             .with_state(self.clone())
@@ -182,7 +182,7 @@ async fn delete_fault(State(injector): State<FaultInjector>) -> StatusCode {
 
 /// Applies the active fault of a [`FaultInjector`] to gRPC calls.
 #[derive(Debug, Clone)]
-pub struct FaultLayer {
+pub(crate) struct FaultLayer {
     injector: FaultInjector,
 }
 
@@ -194,7 +194,7 @@ impl<S> tower::Layer<S> for FaultLayer {
 }
 
 #[derive(Debug, Clone)]
-pub struct FaultService<S> {
+pub(crate) struct FaultService<S> {
     inner: S,
     injector: FaultInjector,
 }
@@ -245,7 +245,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fault::FaultError;
+    use crate::fault::request::FaultError;
     use std::convert::Infallible;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tower::{Layer, ServiceExt};

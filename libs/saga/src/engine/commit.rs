@@ -56,15 +56,9 @@ impl<S: Saga> Engine<S> {
         }
         self.update_instance(&mut w, id, def, &plan);
         let error = outcome.as_ref().err().map(|e| e.message().to_string());
-        let next_attempt = self.write_steps(
-            &mut w,
-            def,
-            name,
-            &outcome,
-            &plan,
-            carried.as_ref().map(|(i, v)| (*i, v)),
-            audit,
-        );
+        let rows =
+            StepRows { name, outcome: &outcome, carried: carried.as_ref().map(|(i, v)| (*i, v)), audit };
+        let next_attempt = self.write_steps(&mut w, def, &plan, &rows);
         let (status, current, reason, delay, finished) =
             (plan.status, plan.current, plan.reason, plan.delay, plan.finished);
 
@@ -182,12 +176,10 @@ impl<S: Saga> Engine<S> {
         &self,
         w: &mut Statement,
         def: &Definition<S>,
-        name: &'static str,
-        outcome: &Result<Value, StepError>,
         plan: &RowUpdate<'_>,
-        carried: Option<(usize, &Value)>,
-        audit: Option<&Audit<'_>>,
+        rows: &StepRows<'_>,
     ) -> Option<Position> {
+        let &StepRows { name, outcome, carried, audit } = rows;
         let (step_status, error) = match outcome {
             Ok(_) => (StepStatus::Succeeded, None),
             Err(e) if !plan.progressed => (StepStatus::Running, Some(e.message().to_string())),
@@ -280,6 +272,16 @@ impl<S: Saga> Engine<S> {
         let record = OperatorRecord { action: audit.action, step, actor: &op.actor, reason: &op.reason };
         self.def(state).saga.on_operator_action(&ctx, &record, w)
     }
+}
+
+/// What a commit's step rows record ([`Engine::write_steps`]): the step that
+/// ran and its outcome, the step whose output the commit carries (its
+/// position and output), and an operator's action.
+struct StepRows<'a> {
+    name: &'static str,
+    outcome: &'a Result<Value, StepError>,
+    carried: Option<(usize, &'a Value)>,
+    audit: Option<&'a Audit<'a>>,
 }
 
 /// One element of a step's `history` (SQL expressions for its values).

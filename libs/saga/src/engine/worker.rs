@@ -4,7 +4,7 @@
 
 use super::{DriveError, Engine, telemetry};
 use crate::step::Saga;
-use sagaworks_runtime::host::Task;
+use sagaworks_runtime::Task;
 use sagaworks_telemetry::propagation;
 use sqlx::PgPool;
 use std::time::{Duration, Instant};

@@ -152,7 +152,8 @@ fn partition_count(client: &BaseConsumer, topic: &str, timeout: Duration) -> i32
 /// `group`'s committed offset per partition of `topic` (which must exist;
 /// `None`: nothing committed), read from the broker by a client outside the group.
 pub async fn committed(kafka: &KafkaSettings, group: &str, topic: &str) -> BTreeMap<i32, Option<i64>> {
-    let (settings, group, topic) = (kafka.clone(), kafka::group_name(kafka, group), topic.to_string());
+    let (settings, group, topic) =
+        (kafka.clone(), sagaworks_outbox::testing::group_name(kafka, group), topic.to_string());
     tokio::task::spawn_blocking(move || {
         let client = outside_client(&settings, &group);
         let timeout = Duration::from_secs(5);
