@@ -86,7 +86,7 @@ def check_workflows(report: Report, root: Path, services: Iterable[str] | None =
                 path.suffix == ".yml" and path.stem in names,
                 f"{rel} names a service that does not exist: services.toml has no {path.stem!r} "
                 f"(remove the workflow with the service; name it <service>.yml; or, if it is no service's, "
-                f"list it in SHARED_WORKFLOWS of deploy/consistency.py)",
+                f"list it in SHARED_WORKFLOWS of deploy/tidy/workflows.py)",
             )
         for job_id, service in _pipeline_calls(doc):
             if isinstance(service, str) and "${{" not in service:
