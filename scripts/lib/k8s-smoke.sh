@@ -1,17 +1,18 @@
 # shellcheck shell=bash
 # `scripts/k8s smoke`: sagaworks on the cluster, checked the way a user reaches it, after
 # `scripts/k8s deploy` (scripts/test-k8s runs both). Sourced by scripts/k8s (STATE,
-# KUBECTL, kubectl_, ctr_, import_image, die and say are in scope).
+# KUBECTL, kubectl_, ctr_, import_image, die and say are in scope); the services, their
+# databases and whom each calls come from services.toml (scripts/lib/services.sh).
 #
 #   1. the README's order through the gateway's Service (the local overlay's NodePort on
 #      127.0.0.1:30080): CONFIRMED; its events on Kafka, read in the broker's pod as admin;
 #      its trace in Jaeger (the query API through its Service)
 #   2. the NetworkPolicies, each case tried where it must fail and where it must succeed
 #      (a cluster that enforces nothing, or passes nothing, fails):
-#        - a pod that no policy admits (its own egress open) reaches the gateway but not
-#          payment's gRPC port, Kafka or any database;
-#        - each service reaches its own database, Kafka and the services it calls; the
-#          gateway reaches order's gRPC port but no database;
+#        - a pod that no policy admits (its own egress open) reaches the gateway but no
+#          backend's gRPC port, Kafka or any database;
+#        - each service reaches the services it calls; each backend its own database and
+#          Kafka, but not the next backend's database; the gateway no database;
 #        - a pod with the gateway's certificate (cert-manager's Secret), admitted to
 #          payment's port, gets PERMISSION_DENIED for a method services.toml does not grant
 #          the gateway, and an answer of the method for one it does
@@ -25,6 +26,9 @@
 # CoreDNS (traffic from the node to a pod is not subject to NetworkPolicy, as on every
 # cluster: the kubelet's probes come from there). SW_K8S_LOAD_RATE (orders/s, default 15)
 # sets the load's rate.
+
+# shellcheck source=scripts/lib/services.sh
+. "$ROOT/scripts/lib/services.sh"
 
 SW_K8S_SMOKE_NS=sagaworks-dev
 SW_K8S_GATEWAY_URL=http://127.0.0.1:30080
@@ -96,7 +100,7 @@ sw_k8s_smoke_order() {
     say "sagaworks.order, key $order_id: $types"
 
     say "its trace in Jaeger (jaeger:16686/api/v3/traces/$trace)"
-    want="gateway inventory order payment"
+    want="$(sw_services | sort | paste -sd' ')"
     got=""
     for _ in $(seq 1 30); do
         if in_cluster_dns curl -sf "http://jaeger.$SW_K8S_SMOKE_NS.svc:16686/api/v3/traces/$trace" >"$SW_K8S_WORK/trace.json"; then
@@ -108,7 +112,7 @@ sw_k8s_smoke_order() {
     [ "$got" = "$want" ] || die "the trace has spans of '$got', not of every service ($want)"
     spans="$(jq '[.result.resourceSpans[].scopeSpans[].spans[]] | length' "$SW_K8S_WORK/trace.json")"
     say "trace $trace: $spans spans of $got"
-    SW_K8S_SUMMARY+=("order CONFIRMED, events '$types', a trace of $spans spans over 4 services")
+    SW_K8S_SUMMARY+=("order CONFIRMED, events '$types', a trace of $spans spans over $(wc -w <<<"$got") services")
 }
 
 # --- 2. the NetworkPolicies ---------------------------------------------------------------
@@ -201,24 +205,30 @@ sw_k8s_smoke_policies() {
     ksmoke wait --for=condition=Ready pod/smoke-intruder pod/smoke-cert-gateway --timeout=120s >/dev/null ||
         die "the probe pods are not Ready"
 
-    # A pod no policy admits: its egress works (the gateway admits anyone), yet payment's
-    # gRPC port, Kafka and the databases refuse it.
-    sw_k8s_smoke_tcp smoke-intruder gateway:8080 reaches
-    sw_k8s_smoke_tcp smoke-intruder payment:7083 blocked
+    # The cases follow services.toml: its services, their databases and whom each calls.
+    local dbs=() callee caller i
+    mapfile -t dbs < <(sw_db_services)
+    # A pod no policy admits: its egress works (the gateway admits anyone), yet the backends'
+    # gRPC ports, Kafka and the databases refuse it.
+    sw_k8s_smoke_tcp smoke-intruder "gateway:$(sw_port gateway http)" reaches
+    for svc in $(sw_backends); do sw_k8s_smoke_tcp smoke-intruder "$svc:$(sw_port "$svc" grpc)" blocked; done
     sw_k8s_smoke_tcp smoke-intruder kafka:9092 blocked
-    for svc in order inventory payment; do sw_k8s_smoke_tcp smoke-intruder "$svc-db:5432" blocked; done
-    # Where the same targets must answer: their own clients.
-    sw_k8s_smoke_tcp deploy/order payment:7083 reaches
-    sw_k8s_smoke_tcp deploy/order inventory:7082 reaches
-    for svc in order inventory payment; do
+    for svc in "${dbs[@]}"; do sw_k8s_smoke_tcp smoke-intruder "$svc-db:5432" blocked; done
+    # Where the same targets must answer: their own clients. Each service reaches what it
+    # calls, Kafka and its own database, and not the next service's database.
+    for caller in $(sw_services); do
+        for callee in $(sw_calls "$caller"); do
+            sw_k8s_smoke_tcp "deploy/$caller" "$callee:$(sw_port "$callee" grpc)" reaches
+        done
+    done
+    for i in "${!dbs[@]}"; do
+        svc="${dbs[$i]}"
         sw_k8s_smoke_tcp "deploy/$svc" kafka:9092 reaches
         sw_k8s_smoke_tcp "deploy/$svc" "$svc-db:5432" reaches
+        [ ${#dbs[@]} -lt 2 ] || sw_k8s_smoke_tcp "deploy/$svc" "${dbs[$(((i + 1) % ${#dbs[@]}))]}-db:5432" blocked
     done
-    # One service's pod, another's database.
-    sw_k8s_smoke_tcp deploy/order payment-db:5432 blocked
-    # The gateway: its callee, and no database.
-    sw_k8s_smoke_tcp deploy/gateway order:7081 reaches
-    for svc in order inventory payment; do sw_k8s_smoke_tcp deploy/gateway "$svc-db:5432" blocked; done
+    # The gateway: no database.
+    for svc in "${dbs[@]}"; do sw_k8s_smoke_tcp deploy/gateway "$svc-db:5432" blocked; done
 
     # A valid certificate does not grant every method: the gateway's, on payment.
     sw_k8s_smoke_tcp smoke-cert-gateway payment:7083 reaches
@@ -304,7 +314,7 @@ sw_k8s_smoke() {
     local password svc
     password="$(sw_k8s_secret postgres-superuser password)"
     SW_K8S_PG=(--pg-admin "postgres://postgres:$password@order-db.$SW_K8S_SMOKE_NS.svc:5432/postgres")
-    for svc in order inventory payment; do
+    for svc in $(sw_db_services); do
         SW_K8S_PG+=(--pg-server "$svc=postgres://postgres:$password@$svc-db.$SW_K8S_SMOKE_NS.svc:5432/postgres")
     done
 
