@@ -14,8 +14,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone)]
 pub struct LoadPlan {
@@ -122,11 +122,11 @@ async fn worker(
     fixture: Arc<Fixture>,
     plan: LoadPlan,
     deadline: Instant,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
 ) -> LoadReport {
     let mut rng = StdRng::from_os_rng();
     let mut report = LoadReport::default();
-    while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+    while Instant::now() < deadline && !stop.is_cancelled() {
         let (customer, items) = random_order(&mut rng, &fixture, &plan);
         let started = Instant::now();
         let sample = place(&orders, &customer, &items).await;
@@ -158,7 +158,7 @@ pub async fn run(
     orders: Arc<Orders>,
     fixture: Arc<Fixture>,
     plan: LoadPlan,
-    stop: Arc<AtomicBool>,
+    stop: CancellationToken,
 ) -> Result<LoadReport, ToolError> {
     check_plan(&fixture, &plan)?;
     let started = Instant::now();

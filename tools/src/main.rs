@@ -16,6 +16,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// The gateway client of `seed` and `load`.
 fn api(gateway: &GatewayArgs) -> Result<Api, ToolError> {
@@ -39,6 +40,21 @@ fn commits_note(args: &LoadArgs) -> &'static str {
             " [inventory and payment only: Temporal's history is in its own SQLite file, not in PostgreSQL]"
         }
     }
+}
+
+/// A token that SIGTERM cancels.
+fn cancelled_on_sigterm() -> Result<CancellationToken, ToolError> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| ToolError::Usage(format!("cannot listen for SIGTERM: {e}")))?;
+    let stop = CancellationToken::new();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            term.recv().await;
+            stop.cancel();
+        }
+    });
+    Ok(stop)
 }
 
 /// Reads a file given by a flag.
@@ -105,16 +121,7 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     let procs_before = ProcessCpu::read();
     // SIGTERM ends the run early, with its report (the chaos script stops
     // the load once its faults are done).
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| ToolError::Usage(format!("cannot listen for SIGTERM: {e}")))?;
-    tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            term.recv().await;
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    });
+    let stop = cancelled_on_sigterm()?;
     let mut report = load::run(orders, fixture, plan.clone(), stop).await?;
     let cpu = cpu_before.zip(CpuTimes::read()).map(|(before, after)| after.since(&before));
     let by_process = ProcessCpu::read().since(&procs_before);
@@ -249,16 +256,7 @@ async fn run_open_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     let mut last_cpu = CpuTimes::read();
     // SIGTERM ends the run early, with its report (scripts/test-k8s stops the
     // load once its rolling restarts are done).
-    let stop = tokio_util::sync::CancellationToken::new();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| ToolError::Usage(format!("cannot listen for SIGTERM: {e}")))?;
-    tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            term.recv().await;
-            stop.cancel();
-        }
-    });
+    let stop = cancelled_on_sigterm()?;
     let (steps, knee) =
         open_loop::sweep(&rates, &args.open_plan(rates[0]), bound, send, &stop, |step, missed| {
             let now = CpuTimes::read();
