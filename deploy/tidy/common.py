@@ -343,3 +343,12 @@ class Context:
     compose: dict[str, Any]
     k8s: dict[str, list[dict[str, Any]]]
     root: Path = ROOT
+
+
+def each_overlay(ctx: Context, check_one: Any, *extra: Any) -> list[str]:
+    """The failures of `check_one(report, label, docs, *extra)` run on every rendered overlay:
+    the `check` of a module whose check reads one overlay at a time."""
+    report = Report()
+    for label, docs in ctx.k8s.items():
+        check_one(report, label, docs, *extra)
+    return report.failures

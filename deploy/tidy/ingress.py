@@ -6,7 +6,7 @@ from typing import Any
 
 from tidy.common import (
     Context, NEVER_PUBLIC, PUBLIC_PATHS, Report, SERVICES, _by_kind, _peers, _pod_template_labels,
-    _workloads,
+    _workloads, each_overlay,
 )
 
 
@@ -51,7 +51,4 @@ def check_ingress(report: Report, label: str, docs: list[dict[str, Any]]) -> Non
 
 
 def check(ctx: Context) -> list[str]:
-    r = Report()
-    for label, docs in ctx.k8s.items():
-        check_ingress(r, label, docs)
-    return r.failures
+    return each_overlay(ctx, check_ingress)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidy.common import Context, Report, _by_kind
+from tidy.common import Context, Report, _by_kind, each_overlay
 
 
 def check_namespace(report: Report, label: str, docs: list[dict[str, Any]]) -> None:
@@ -22,7 +22,4 @@ def check_namespace(report: Report, label: str, docs: list[dict[str, Any]]) -> N
 
 
 def check(ctx: Context) -> list[str]:
-    r = Report()
-    for label, docs in ctx.k8s.items():
-        check_namespace(r, label, docs)
-    return r.failures
+    return each_overlay(ctx, check_namespace)

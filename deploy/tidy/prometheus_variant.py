@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from tidy.common import Context, OBSERVABILITY_DIR, Report, _configmap
+from tidy.common import Context, OBSERVABILITY_DIR, Report, _configmap, each_overlay
 
 
 def check_prometheus_variant(report: Report, label: str, docs: list[dict[str, Any]], root: Path) -> None:
@@ -24,7 +24,4 @@ def check_prometheus_variant(report: Report, label: str, docs: list[dict[str, An
 
 
 def check(ctx: Context) -> list[str]:
-    r = Report()
-    for label, docs in ctx.k8s.items():
-        check_prometheus_variant(r, label, docs, ctx.root)
-    return r.failures
+    return each_overlay(ctx, check_prometheus_variant, ctx.root)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tidy.common import COPY_CONFIGMAPS, Context, OBSERVABILITY_DIR, Report, _configmap
+from tidy.common import COPY_CONFIGMAPS, Context, OBSERVABILITY_DIR, Report, _configmap, each_overlay
 
 
 def check_rendered_copies(report: Report, label: str, docs: list[dict[str, Any]], root: Path) -> None:
@@ -33,7 +33,4 @@ def check_rendered_copies(report: Report, label: str, docs: list[dict[str, Any]]
 
 
 def check(ctx: Context) -> list[str]:
-    r = Report()
-    for label, docs in ctx.k8s.items():
-        check_rendered_copies(r, label, docs, ctx.root)
-    return r.failures
+    return each_overlay(ctx, check_rendered_copies, ctx.root)

@@ -7,7 +7,7 @@ from typing import Any
 
 from tidy.common import (
     BACKENDS, Context, DRAIN_SECONDS, MIGRATE_FLAG, OWNER_URL, PRESTOP_SECONDS, Report, SERVICES,
-    STARTUP_BUDGET_SECONDS, UID, _base_name, _by_kind,
+    STARTUP_BUDGET_SECONDS, UID, _base_name, _by_kind, each_overlay,
 )
 
 
@@ -93,7 +93,4 @@ def check_service_pods(report: Report, label: str, docs: list[dict[str, Any]]) -
 
 
 def check(ctx: Context) -> list[str]:
-    r = Report()
-    for label, docs in ctx.k8s.items():
-        check_service_pods(r, label, docs)
-    return r.failures
+    return each_overlay(ctx, check_service_pods)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidy.common import BACKENDS, Context, Report, _by_kind, _container_env
+from tidy.common import BACKENDS, Context, Report, _by_kind, _container_env, each_overlay
 
 
 def check_topics_job(report: Report, label: str, docs: list[dict[str, Any]]) -> None:
@@ -28,7 +28,4 @@ def check_topics_job(report: Report, label: str, docs: list[dict[str, Any]]) -> 
 
 
 def check(ctx: Context) -> list[str]:
-    r = Report()
-    for label, docs in ctx.k8s.items():
-        check_topics_job(r, label, docs)
-    return r.failures
+    return each_overlay(ctx, check_topics_job)

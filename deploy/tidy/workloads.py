@@ -7,7 +7,7 @@ from typing import Any
 
 from tidy.common import (
     CLOSED_PORTS, Context, DEV_INGRESS, OUTSIDE_ALLOWED, Report, _by_kind, _peers, _pod_template_labels,
-    _selects, _workloads,
+    _selects, _workloads, each_overlay,
 )
 
 
@@ -121,7 +121,4 @@ def check_workloads(report: Report, label: str, docs: list[dict[str, Any]]) -> N
 
 
 def check(ctx: Context) -> list[str]:
-    r = Report()
-    for label, docs in ctx.k8s.items():
-        check_workloads(r, label, docs)
-    return r.failures
+    return each_overlay(ctx, check_workloads)
