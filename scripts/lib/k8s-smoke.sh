@@ -179,22 +179,54 @@ YAML
     done
 }
 
+# One attempt of a case: prints `reaches` or `blocked`, or nothing when the attempt itself
+# failed (kubectl exec refused, the pod not there yet): an exec that fails is not a
+# connection that was blocked. The probe pods run `/probe tcp`, whose refusal names the dial;
+# the services' containers their own bash.
+sw_k8s_smoke_tcp_once() { # from, host:port
+    local from="$1" target="$2" out
+    case "$from" in
+    smoke-*)
+        if out="$(ksmoke exec "$from" -- /probe tcp "$target" 3s 2>&1)"; then echo reaches
+        elif [[ $out == *"dial tcp"* ]]; then echo blocked
+        fi ;;
+    *)
+        ksmoke exec "$from" -c "${from#deploy/}" -- bash -c \
+            "if timeout 3 bash -c 'exec 3<>/dev/tcp/${target%:*}/${target#*:}' 2>/dev/null; then echo reaches; else echo blocked; fi" \
+            2>/dev/null | tail -n 1 ;;
+    esac
+}
+
 # One case: <from> (a probe pod `smoke-...`, or `deploy/<name>`) connects to <host:port>;
-# <want> is `reaches` or `blocked`. A pod's own attempts retry until the expected outcome
-# or SW_K8S_POLICY_SECS (policies and new pods reach the enforcer asynchronously); the
-# opposite outcome at the deadline fails.
+# <want> is `reaches` or `blocked`. It retries until the expected outcome or
+# SW_K8S_POLICY_SECS (policies and new pods reach the enforcer asynchronously); the opposite
+# outcome at the deadline, or no outcome at all, fails. Prints the case's line.
 sw_k8s_smoke_tcp() { # from, host:port, want
     local from="$1" target="$2" want="$3" deadline=$((SECONDS + SW_K8S_POLICY_SECS)) got
     while :; do
-        if case "$from" in
-            smoke-*) ksmoke exec "$from" -- /probe tcp "$target" 3s >/dev/null 2>&1 ;;
-            *) ksmoke exec "$from" -c "${from#deploy/}" -- timeout 3 bash -c "exec 3<>/dev/tcp/${target%:*}/${target#*:}" >/dev/null 2>&1 ;;
-        esac then got=reaches; else got=blocked; fi
+        got="$(sw_k8s_smoke_tcp_once "$from" "$target")"
         [ "$got" = "$want" ] && break
-        [ $SECONDS -lt "$deadline" ] || die "NetworkPolicy: $from -> $target $got, want $want"
+        [ $SECONDS -lt "$deadline" ] || die "NetworkPolicy: $from -> $target ${got:-no answer (kubectl exec failed)}, want $want"
         sleep 1
     done
-    SW_K8S_POLICY_CASES+=("$(printf '%-26s -> %-20s %s' "$from" "$target" "$got")")
+    printf '%-26s -> %-20s %s\n' "$from" "$target" "$got"
+}
+
+# The cases run side by side (a blocked one waits out its 3 s dial): each in a subshell of
+# its own, its line in a file; then every one must have passed.
+SW_K8S_CASE_PIDS=()
+sw_k8s_smoke_case() { # from, host:port, want
+    local n=${#SW_K8S_CASE_PIDS[@]}
+    sw_k8s_smoke_tcp "$@" >"$SW_K8S_WORK/case-$(printf '%03d' "$n")" &
+    SW_K8S_CASE_PIDS+=($!)
+}
+sw_k8s_smoke_cases_wait() {
+    local pid failed=0 f
+    for pid in "${SW_K8S_CASE_PIDS[@]}"; do wait "$pid" || failed=$((failed + 1)); done
+    [ "$failed" = 0 ] || die "NetworkPolicy: $failed of ${#SW_K8S_CASE_PIDS[@]} cases failed (above)"
+    for f in "$SW_K8S_WORK"/case-*; do SW_K8S_POLICY_CASES+=("$(cat "$f")"); done
+    rm -f "$SW_K8S_WORK"/case-*
+    SW_K8S_CASE_PIDS=()
 }
 
 sw_k8s_smoke_policies() {
@@ -210,28 +242,31 @@ sw_k8s_smoke_policies() {
     mapfile -t dbs < <(sw_db_services)
     # A pod no policy admits: its egress works (the gateway admits anyone), yet the backends'
     # gRPC ports, Kafka and the databases refuse it.
-    sw_k8s_smoke_tcp smoke-intruder "gateway:$(sw_port gateway http)" reaches
-    for svc in $(sw_backends); do sw_k8s_smoke_tcp smoke-intruder "$svc:$(sw_port "$svc" grpc)" blocked; done
-    sw_k8s_smoke_tcp smoke-intruder kafka:9092 blocked
-    for svc in "${dbs[@]}"; do sw_k8s_smoke_tcp smoke-intruder "$svc-db:5432" blocked; done
+    sw_k8s_smoke_case smoke-intruder "gateway:$(sw_port gateway http)" reaches
+    for svc in $(sw_backends); do sw_k8s_smoke_case smoke-intruder "$svc:$(sw_port "$svc" grpc)" blocked; done
+    sw_k8s_smoke_case smoke-intruder kafka:9092 blocked
+    for svc in "${dbs[@]}"; do sw_k8s_smoke_case smoke-intruder "$svc-db:5432" blocked; done
     # Where the same targets must answer: their own clients. Each service reaches what it
     # calls, Kafka and its own database, and not the next service's database.
     for caller in $(sw_services); do
         for callee in $(sw_calls "$caller"); do
-            sw_k8s_smoke_tcp "deploy/$caller" "$callee:$(sw_port "$callee" grpc)" reaches
+            sw_k8s_smoke_case "deploy/$caller" "$callee:$(sw_port "$callee" grpc)" reaches
         done
     done
     for i in "${!dbs[@]}"; do
         svc="${dbs[$i]}"
-        sw_k8s_smoke_tcp "deploy/$svc" kafka:9092 reaches
-        sw_k8s_smoke_tcp "deploy/$svc" "$svc-db:5432" reaches
-        [ ${#dbs[@]} -lt 2 ] || sw_k8s_smoke_tcp "deploy/$svc" "${dbs[$(((i + 1) % ${#dbs[@]}))]}-db:5432" blocked
+        sw_k8s_smoke_case "deploy/$svc" kafka:9092 reaches
+        sw_k8s_smoke_case "deploy/$svc" "$svc-db:5432" reaches
+        [ ${#dbs[@]} -lt 2 ] || sw_k8s_smoke_case "deploy/$svc" "${dbs[$(((i + 1) % ${#dbs[@]}))]}-db:5432" blocked
     done
     # The gateway: no database.
-    for svc in "${dbs[@]}"; do sw_k8s_smoke_tcp deploy/gateway "$svc-db:5432" blocked; done
+    for svc in "${dbs[@]}"; do sw_k8s_smoke_case deploy/gateway "$svc-db:5432" blocked; done
 
-    # A valid certificate does not grant every method: the gateway's, on payment.
-    sw_k8s_smoke_tcp smoke-cert-gateway payment:7083 reaches
+    sw_k8s_smoke_case smoke-cert-gateway payment:7083 reaches
+    sw_k8s_smoke_cases_wait
+
+    # A valid certificate does not grant every method: the gateway's, on payment (whose port
+    # it reaches: the last case above).
     out="$(ksmoke exec smoke-cert-gateway -- /probe grpc https://payment:7083/sagaworks.payment.v1.PaymentService/Charge /tls 10s 2>&1)" ||
         die "mTLS: the gateway's certificate calling PaymentService/Charge got no gRPC status: $out"
     case "$out" in "grpc-status 7 "*) ;; *) die "mTLS: the gateway calling PaymentService/Charge (not granted) got '$out', want PERMISSION_DENIED (7)" ;; esac
