@@ -17,14 +17,14 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// The environment variable that names the optional config file.
-pub const CONFIG_FILE_ENV: &str = "APP_CONFIG_FILE";
+const CONFIG_FILE_ENV: &str = "APP_CONFIG_FILE";
 /// Prefix of every override variable (`APP_` + key path joined by `__`).
-pub const ENV_PREFIX: &str = "APP";
+const ENV_PREFIX: &str = "APP";
 /// Separator between nested keys in override variables.
-pub const ENV_SEPARATOR: &str = "__";
+const ENV_SEPARATOR: &str = "__";
 /// The variable that says where a service runs ([`Environment`]); a service refuses to
 /// start without it ([`load_service`]).
-pub const ENVIRONMENT_ENV: &str = "APP_ENVIRONMENT";
+const ENVIRONMENT_ENV: &str = "APP_ENVIRONMENT";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -63,7 +63,7 @@ where
 }
 
 /// Like [`load_service`] with an explicit file (which must exist when given).
-pub fn load_service_from<T>(file: Option<&Path>) -> Result<T, ConfigError>
+fn load_service_from<T>(file: Option<&Path>) -> Result<T, ConfigError>
 where
     T: DeserializeOwned + Serialize + Default,
 {
@@ -171,14 +171,14 @@ const DEVELOPMENT_PASSWORD: &str = "it is a development password committed to th
 /// `dev-only-order-kafka-password`, `dev-only-grafana-admin-password`, ...), the ones
 /// `scripts/new-service` writes for a new service (the same patterns with its name), and
 /// `scripts/validate-deploy`'s placeholders. Production refuses each of them.
-pub fn is_development_password(password: &str) -> bool {
+fn is_development_password(password: &str) -> bool {
     let p = password.trim().to_ascii_lowercase();
     p.starts_with("dev-only-") || p.ends_with("-dev-password") || p.ends_with("-validate-deploy-placeholder")
 }
 
 /// The password in `url`: its user info's (`user:password@`), else a `password=` query
 /// parameter; `None` without one.
-pub fn url_password(url: &str) -> Option<&str> {
+fn url_password(url: &str) -> Option<&str> {
     if let Some(scheme_end) = url.find("://") {
         let rest = &url[scheme_end + 3..];
         let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
@@ -200,7 +200,7 @@ pub const REDACTED: &str = "[REDACTED]";
 
 /// `url` with the password of its user info (`user:password@`) and any `password=`
 /// query parameter replaced by [`REDACTED`].
-pub fn redact_url(url: &str) -> String {
+fn redact_url(url: &str) -> String {
     let mut out = url.to_owned();
     if let Some(scheme_end) = out.find("://") {
         let rest = scheme_end + 3;
@@ -226,7 +226,7 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// Whether a librdkafka property may hold a secret (its value is redacted in `Debug`).
-pub fn is_secret_property(key: &str) -> bool {
+fn is_secret_property(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     ["password", "secret", "jaas", "key", "token", "credential"].iter().any(|s| key.contains(s))
 }
@@ -277,7 +277,7 @@ impl std::fmt::Debug for DatabaseSettings {
 
 impl DatabaseSettings {
     /// What production refuses here: a committed development password in `url` or
-    /// `owner_url` ([`is_development_password`]).
+    /// `owner_url` (one of the repository's sample passwords).
     pub fn production_checks(&self) -> Vec<Check<'static>> {
         let development = |url: &str| url_password(url).is_some_and(is_development_password);
         vec![
@@ -302,7 +302,7 @@ impl Default for DatabaseSettings {
 }
 
 /// Connection to the Kafka cluster (any Kafka-protocol broker). `Debug` redacts the
-/// values of the properties that may hold secrets ([`is_secret_property`]).
+/// values of the properties that may hold secrets (passwords, keys, tokens, credentials).
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct KafkaSettings {
@@ -354,7 +354,7 @@ impl KafkaSettings {
     }
 
     /// Whether the connection is encrypted: [`protocol`](Self::protocol) `ssl` or `sasl_ssl`.
-    pub fn is_encrypted(&self) -> bool {
+    fn is_encrypted(&self) -> bool {
         matches!(self.protocol().as_str(), "ssl" | "sasl_ssl")
     }
 
@@ -381,7 +381,7 @@ impl KafkaSettings {
     /// service's own user and password, whether `security_protocol` or the
     /// `security.protocol` property asks for it; `ssl` without SASL and without a client
     /// certificate (the broker would not know who connects); a committed development
-    /// password ([`is_development_password`]).
+    /// password.
     pub fn production_checks(&self) -> Vec<Check<'static>> {
         let protocol = self.protocol();
         let from_properties = self.property("security.protocol").is_some();

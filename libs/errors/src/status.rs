@@ -14,7 +14,7 @@
 use tonic::{Code, Status};
 
 /// Metadata key naming the invalid field of an `INVALID_ARGUMENT` status.
-pub const FIELD_METADATA: &str = "x-field";
+const FIELD_METADATA: &str = "x-field";
 
 /// `INVALID_ARGUMENT` naming the offending field (also in metadata `x-field`).
 pub fn invalid_argument(field: &str, message: impl std::fmt::Display) -> Status {
@@ -28,11 +28,6 @@ pub fn invalid_argument(field: &str, message: impl std::fmt::Display) -> Status 
 /// The field an `INVALID_ARGUMENT` status names, if any.
 pub fn invalid_field(status: &Status) -> Option<&str> {
     status.metadata().get(FIELD_METADATA).and_then(|v| v.to_str().ok())
-}
-
-/// Parses a UUID field, or answers `INVALID_ARGUMENT` naming it.
-pub fn parse_uuid(field: &str, value: &str) -> Result<uuid::Uuid, Status> {
-    value.parse().map_err(|_| invalid_argument(field, "must be a UUID"))
 }
 
 /// Maps a database error to a status without leaking SQL: connection
@@ -65,8 +60,6 @@ mod tests {
         let s = invalid_argument("items[1].quantity", "must be positive");
         assert_eq!(s.code(), Code::InvalidArgument);
         assert_eq!(invalid_field(&s), Some("items[1].quantity"));
-        assert!(parse_uuid("customer_id", "nope").is_err());
-        assert!(parse_uuid("customer_id", "6b1c3b8e-3c59-4d4e-9a63-0d0f7f1b1a52").is_ok());
     }
 
     #[test]

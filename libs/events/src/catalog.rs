@@ -162,7 +162,7 @@ crate::dispatch! {
 
 /// The JSON Schema (draft-07, every subschema inlined, so a payload schema
 /// stands alone in the AsyncAPI document) of `T`.
-pub fn schema_of<T: JsonSchema>() -> Value {
+pub(crate) fn schema_of<T: JsonSchema>() -> Value {
     let generator =
         schemars::generate::SchemaSettings::draft07().with(|s| s.inline_subschemas = true).into_generator();
     generator.into_root_schema_for::<T>().to_value()

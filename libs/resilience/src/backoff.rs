@@ -40,7 +40,7 @@ impl Backoff {
     }
 
     /// [`Backoff::delay`] with the caller's random number generator.
-    pub fn delay_with(&self, n: u32, rng: &mut impl Rng) -> Duration {
+    fn delay_with(&self, n: u32, rng: &mut impl Rng) -> Duration {
         let ceiling = self.ceiling(n).as_micros() as u64;
         Duration::from_micros(rng.random_range(0..=ceiling))
     }

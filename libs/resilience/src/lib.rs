@@ -25,7 +25,7 @@
 //! | tonic `Channel` | | lazily connecting HTTP/2 transport |
 //!
 //! When the stack refuses or cuts a call the caller gets a `tonic::Status` marked with
-//! [`REJECTION_METADATA`]; [`rejection`] classifies it: `CircuitOpen` (`UNAVAILABLE`) and
+//! metadata `x-sagaworks-rejection`; [`rejection`] classifies it: `CircuitOpen` (`UNAVAILABLE`) and
 //! `BulkheadFull` (`RESOURCE_EXHAUSTED`) map to 503 + `Retry-After` in the gateway,
 //! `Timeout` (`DEADLINE_EXCEEDED`) to 504; the saga treats them as step failures, and
 //! one that was never sent (below) as a step that had no effect.
@@ -99,14 +99,14 @@
 //!   how tonic and grpc-go answer a failed unary call). A server that sends headers first
 //!   and the error status only in the trailers is seen as a success by retry and breaker.
 
-pub mod backoff;
+mod backoff;
 mod body;
 mod breaker;
 mod bulkhead;
 mod channel;
 mod outcome;
 mod rejection;
-pub mod replicas;
+mod replicas;
 mod retry;
 mod sent;
 mod settings;
@@ -117,7 +117,7 @@ mod timeout;
 pub use backoff::Backoff;
 pub use breaker::CircuitState;
 pub use channel::{ResilientChannel, channel};
-pub use rejection::{REJECTION_METADATA, Rejection, rejection};
+pub use rejection::{Rejection, rejection};
 pub use sent::{SENT_METADATA, never_sent};
 pub use settings::{BreakerSettings, BulkheadSettings, ClientSettings, RetrySettings};
 

@@ -3,7 +3,7 @@
 //! When a layer refuses (breaker open, bulkhead full) or cuts (timeout) a call, it fails
 //! the call with a boxed [`tonic::Status`]; tonic's client hands that `Status` to the
 //! caller unchanged (`Status::from_error` downcasts it). The status carries
-//! [`REJECTION_METADATA`] so [`rejection`] can tell it from a status the downstream sent.
+//! metadata `x-sagaworks-rejection` so [`rejection`] can tell it from a status the downstream sent.
 //! Every rejection is also counted (`resilience_rejections_total{downstream,reason}`) and
 //! logged as an event inside the caller's current span.
 
@@ -26,7 +26,7 @@ pub enum Rejection {
 pub(crate) const REASONS: [&str; 3] = ["circuit_open", "bulkhead_full", "timeout"];
 
 /// Metadata key that marks a status produced by the stack itself.
-pub const REJECTION_METADATA: &str = "x-sagaworks-rejection";
+pub(crate) const REJECTION_METADATA: &str = "x-sagaworks-rejection";
 
 /// Classifies a status that came out of a resilient channel.
 pub fn rejection(status: &tonic::Status) -> Option<Rejection> {

@@ -33,9 +33,9 @@ use tonic::body::Body;
 use tower::ServiceExt;
 
 /// How long a replica is left out after its first connect failure in a row.
-pub const EJECT_BASE: Duration = Duration::from_secs(1);
+pub(crate) const EJECT_BASE: Duration = Duration::from_secs(1);
 /// The longest ejection (the base doubles per ejection in a row up to this).
-pub const EJECT_MAX: Duration = Duration::from_secs(30);
+pub(crate) const EJECT_MAX: Duration = Duration::from_secs(30);
 
 /// One replica: its transport, the attempts in flight on it, its ejection record.
 struct Replica<T> {
@@ -68,7 +68,7 @@ impl Ejection {
 }
 
 /// The replicas of one downstream as one transport (see the module docs).
-pub struct Replicas<T> {
+pub(crate) struct Replicas<T> {
     downstream: &'static str,
     replicas: Arc<[Replica<T>]>,
 }

@@ -60,7 +60,7 @@ impl ClientSettings {
     /// Per-attempt timeout of the call to `path` (`/package.Service/Method`): a `routes`
     /// entry for the full path wins, then one for the method name (matched ignoring ASCII
     /// case, because env keys arrive lower-cased), then `timeout_ms`.
-    pub fn timeout_for(&self, path: &str) -> Duration {
+    pub(crate) fn timeout_for(&self, path: &str) -> Duration {
         let method = path.rsplit('/').next().unwrap_or(path);
         let ms = self
             .routes

@@ -31,7 +31,7 @@ use std::process::{Command, Stdio};
 
 /// The environment variable naming the shared broker's directory (`scripts/kafka up
 /// <dir> --secure ...`).
-pub const SHARED_BROKER_ENV: &str = "SW_TEST_KAFKA";
+const SHARED_BROKER_ENV: &str = "SW_TEST_KAFKA";
 
 pub struct Broker {
     bootstrap: String,

@@ -157,7 +157,7 @@ async fn wait_healthy(http: &reqwest::Client, what: &str, url: &str) {
 }
 
 /// The spans of an OTLP/JSON `TracesData` (Jaeger's `/api/v3` answer), ids in hex.
-pub fn spans_of(traces: &Value) -> Vec<ReceivedSpan> {
+fn spans_of(traces: &Value) -> Vec<ReceivedSpan> {
     let mut out = Vec::new();
     for resource_spans in traces["resourceSpans"].as_array().into_iter().flatten() {
         let resource = attributes(&resource_spans["resource"]["attributes"]);
