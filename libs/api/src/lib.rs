@@ -3,6 +3,7 @@
 //!
 //! * [`Problem`] — an RFC 9457 `application/problem+json` error answer.
 //! * [`dead_letter`] — the dead-letter operations' bodies (`/v1/admin/dlq`).
+//! * [`saga`] — an order's saga and the operators' saga views (`/v1/admin/sagas`).
 //!
 //! Plain serde types. Feature `openapi` derives their utoipa schemas (the
 //! gateway's OpenAPI document), feature `axum` answers a [`Problem`] as an
@@ -10,5 +11,6 @@
 
 pub mod dead_letter;
 pub mod problem;
+pub mod saga;
 
 pub use problem::{FieldError, PROBLEM_JSON, Problem};

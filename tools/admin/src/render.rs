@@ -205,7 +205,8 @@ pub fn saga_versions(versions: &[SagaVersion]) -> String {
 }
 
 /// `sagas show`: header lines, the steps' attempts, the operators' actions.
-pub fn saga_detail(saga: &SagaDetail) -> String {
+pub fn saga_detail(detail: &SagaDetail) -> String {
+    let saga = &detail.saga;
     let mut out = String::new();
     let mut line = |name: &str, value: String| {
         let _ = writeln!(out, "{name:<9} {}", escape(&value));
@@ -218,8 +219,8 @@ pub fn saga_detail(saga: &SagaDetail) -> String {
         line("failure", reason.to_string());
     }
     line("created", time(saga.created_at));
-    line("progress", time(saga.progressed_at));
-    line("trace", or_dash(saga.trace_url.as_deref().or(saga.trace_id.as_deref())));
+    line("progress", time(detail.progressed_at));
+    line("trace", or_dash(detail.trace_url.as_deref().or(detail.trace_id.as_deref())));
 
     let mut steps = Table::new(["STEP", "ATTEMPT", "STARTED", "ENDED", "TOOK", "OUTCOME", "ERROR"]);
     for step in &saga.steps {
@@ -258,11 +259,11 @@ pub fn saga_detail(saga: &SagaDetail) -> String {
     }
 
     out.push('\n');
-    if saga.actions.is_empty() {
+    if detail.actions.is_empty() {
         out.push_str("No operator actions.\n");
     } else {
         let mut actions = Table::new(["AT", "ACTION", "STEP", "ACTOR", "REASON"]);
-        for a in &saga.actions {
+        for a in &detail.actions {
             actions.row([
                 time(a.at),
                 a.action.clone(),
@@ -450,6 +451,7 @@ mod tests {
     use super::*;
     use crate::client::{Fetched, SagaAttempt, SagaOperatorAction, SagaStep};
     use sagaworks_api::FieldError;
+    use sagaworks_api::saga::Saga;
 
     fn at(s: &str) -> Option<DateTime<Utc>> {
         Some(s.parse().unwrap())
@@ -515,35 +517,38 @@ mod tests {
     #[test]
     fn saga_detail_shows_attempts_and_actions() {
         let saga = SagaDetail {
-            saga_id: "s-1".into(),
-            order_id: "o-1".into(),
-            status: "RUNNING".into(),
-            current_step: Some("charge_payment".into()),
+            saga: Saga {
+                saga_id: "s-1".into(),
+                order_id: "o-1".into(),
+                status: "RUNNING".into(),
+                current_step: Some("charge_payment".into()),
+                steps: vec![
+                    SagaStep {
+                        name: "reserve_stock".into(),
+                        history: vec![SagaAttempt {
+                            attempt: 1,
+                            started_at: at("2026-12-04T19:00:00Z"),
+                            ended_at: at("2026-12-04T19:00:00.120Z"),
+                            outcome: "succeeded".into(),
+                            error: None,
+                        }],
+                        ..Default::default()
+                    },
+                    SagaStep {
+                        name: "charge_payment".into(),
+                        history: vec![SagaAttempt {
+                            attempt: 1,
+                            started_at: at("2026-12-04T19:00:01Z"),
+                            ended_at: None,
+                            outcome: String::new(),
+                            error: None,
+                        }],
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            },
             trace_url: Some("http://jaeger/trace/abc".into()),
-            steps: vec![
-                SagaStep {
-                    name: "reserve_stock".into(),
-                    history: vec![SagaAttempt {
-                        attempt: 1,
-                        started_at: at("2026-12-04T19:00:00Z"),
-                        ended_at: at("2026-12-04T19:00:00.120Z"),
-                        outcome: "succeeded".into(),
-                        error: None,
-                    }],
-                    ..Default::default()
-                },
-                SagaStep {
-                    name: "charge_payment".into(),
-                    history: vec![SagaAttempt {
-                        attempt: 1,
-                        started_at: at("2026-12-04T19:00:01Z"),
-                        ended_at: None,
-                        outcome: String::new(),
-                        error: None,
-                    }],
-                    ..Default::default()
-                },
-            ],
             actions: vec![SagaOperatorAction {
                 action: "RETRY".into(),
                 step: "charge_payment".into(),

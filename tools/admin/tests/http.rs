@@ -74,9 +74,17 @@ fn problem(status: StatusCode, title: &str, detail: &str) -> Response {
 
 fn saga_detail() -> Value {
     json!({
-        "saga_id": SAGA, "order_id": "7f3c0a4e-5b1d-4c2e-9a57-0d7c5e1f2a3b", "status": "RUNNING",
+        "saga_id": SAGA, "order_id": "7f3c0a4e-5b1d-4c2e-9a57-0d7c5e1f2a3b", "version": 2, "status": "RUNNING",
         "current_step": "charge_payment", "steps": [], "created_at": "2026-12-04T19:00:00Z",
         "updated_at": null, "progressed_at": null, "actions": [], "a_field_from_the_future": 1
+    })
+}
+
+/// One saga of `GET /v1/admin/sagas`, as the gateway lists it.
+fn saga_summary(saga_id: &str, status: &str) -> Value {
+    json!({
+        "saga_id": saga_id, "order_id": "7f3c0a4e-5b1d-4c2e-9a57-0d7c5e1f2a3b", "status": status, "attempts": 1,
+        "created_at": "2026-12-04T19:00:00Z", "progressed_at": null, "age_secs": 60, "idle_secs": 30
     })
 }
 
@@ -128,9 +136,9 @@ async fn canned(
     match (method, path.as_slice()) {
         (Method::GET, ["v1", "admin", "sagas"]) => {
             let page = if seen.query.contains("cursor=c2") {
-                json!({"sagas": [{"saga_id": "s-2", "status": "COMPLETED"}]})
+                json!({"sagas": [saga_summary("s-2", "COMPLETED")]})
             } else {
-                json!({"sagas": [{"saga_id": "s-1", "status": "RUNNING"}], "next_cursor": "c2"})
+                json!({"sagas": [saga_summary("s-1", "RUNNING")], "next_cursor": "c2"})
             };
             axum::Json(page).into_response()
         }
@@ -242,10 +250,7 @@ async fn list_all_follows_the_cursor_and_merges_the_pages() {
         .await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     let merged: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(
-        merged,
-        json!({"sagas": [{"saga_id": "s-1", "status": "RUNNING"}, {"saga_id": "s-2", "status": "COMPLETED"}]})
-    );
+    assert_eq!(merged, json!({"sagas": [saga_summary("s-1", "RUNNING"), saga_summary("s-2", "COMPLETED")]}));
 
     let queries: Vec<String> = server.seen().into_iter().map(|s| s.query).collect();
     assert_eq!(queries, ["status=stuck&limit=1", "status=stuck&limit=1&cursor=c2"]);

@@ -4,7 +4,7 @@ use super::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, IdempotencyKey};
-use crate::model::{CreateOrder, Order, OrderList, Saga};
+use crate::model::{self, CreateOrder, Order, OrderList, Saga};
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -148,5 +148,5 @@ pub async fn get_saga(
         caller
             .may_see(&order.customer_id, || ApiError::NotFound(format!("saga {} not found", saga.saga_id)))?;
     }
-    Ok(Json(saga.into()))
+    Ok(Json(model::saga(saga)))
 }

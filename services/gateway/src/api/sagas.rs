@@ -7,7 +7,10 @@ use super::AppState;
 use crate::auth::Admin;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, IdempotencyKey};
-use crate::model::{SagaActionInput, SagaActionResult, SagaDetail, SagaPage, SagaVersions, saga_detail};
+use crate::model::{
+    SagaActionInput, SagaActionResult, SagaDetail, SagaPage, SagaVersions, saga_detail, saga_summary,
+    saga_versions,
+};
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -111,7 +114,7 @@ pub async fn list_sagas(
     let page = state.order.clone().list_sagas(request).await.map_err(ApiError::downstream("order"))?;
     let page = page.into_inner();
     Ok(Json(SagaPage {
-        sagas: page.sagas.into_iter().map(Into::into).collect(),
+        sagas: page.sagas.into_iter().map(saga_summary).collect(),
         next_cursor: (!page.next_cursor.is_empty()).then_some(page.next_cursor),
     }))
 }
@@ -133,7 +136,7 @@ pub async fn list_saga_versions(
         .list_saga_versions(pb::ListSagaVersionsRequest {})
         .await
         .map_err(ApiError::downstream("order"))?;
-    Ok(Json(versions.into_inner().into()))
+    Ok(Json(saga_versions(versions.into_inner())))
 }
 
 /// A saga with every step's attempts (start, end, outcome, error), its trace

@@ -12,14 +12,15 @@ pub use admin::{
 pub use dlq::{dead_letter, dead_letter_page, dlq_topics};
 pub use orders::{CreateOrder, Order, OrderLine, OrderLineInput, OrderList, TimelineEntry};
 pub use sagas::{
-    PriceOutput, ReservationOutput, SagaActionInput, SagaActionResult, SagaDetail, SagaOperatorAction,
-    SagaPage, SagaSummary, SagaVersion, SagaVersions, saga_detail,
+    PriceOutput, ReservationOutput, SagaActionInput, saga, saga_detail, saga_summary, saga_versions,
+};
+pub use sagaworks_api::saga::{
+    Saga, SagaActionResult, SagaAttempt, SagaDetail, SagaOperatorAction, SagaPage, SagaStep, SagaSummary,
+    SagaVersion, SagaVersions,
 };
 
 use chrono::{DateTime, Utc};
-use sagaworks_proto::{from_timestamp, order::v1 as ord};
-use serde::Serialize;
-use utoipa::ToSchema;
+use sagaworks_proto::from_timestamp;
 
 fn time(t: Option<prost_types::Timestamp>) -> Option<DateTime<Utc>> {
     t.as_ref().and_then(from_timestamp)
@@ -54,94 +55,6 @@ fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
         }
     }
     d.deserialize_any(Integer)
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SagaStep {
-    /// `check_account` (version 2), `reserve_stock`, `charge_payment`, `confirm_order`, `refund_payment`, `release_stock`.
-    pub name: String,
-    /// `RUNNING`, `SUCCEEDED` or `FAILED`.
-    pub status: String,
-    pub attempts: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-    /// Each attempt's outcome, oldest first.
-    pub history: Vec<SagaAttempt>,
-    /// `compensatable`, `pivot` or `retriable` (forward steps), or `compensation`.
-    pub role: String,
-}
-
-/// One attempt of a saga step.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SagaAttempt {
-    pub attempt: u32,
-    pub started_at: Option<DateTime<Utc>>,
-    pub ended_at: Option<DateTime<Utc>>,
-    /// `succeeded`, `rejected`, `failed`; an operator's `resolved` or `abandoned`.
-    pub outcome: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Saga {
-    pub saga_id: String,
-    pub order_id: String,
-    /// The version of the saga's definition it started on (and runs on).
-    pub version: u32,
-    /// `RUNNING`, `COMPENSATING`, `COMPLETED` or `COMPENSATED`.
-    pub status: String,
-    /// The step running or to run next; absent once the saga has finished.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub current_step: Option<String>,
-    pub steps: Vec<SagaStep>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failure_reason: Option<String>,
-    pub created_at: Option<DateTime<Utc>>,
-    pub updated_at: Option<DateTime<Utc>>,
-}
-
-impl From<ord::SagaStep> for SagaStep {
-    fn from(s: ord::SagaStep) -> Self {
-        Self {
-            name: s.name,
-            status: s.status,
-            attempts: s.attempts,
-            error: non_empty(s.error),
-            started_at: time(s.started_at),
-            finished_at: time(s.finished_at),
-            role: s.role,
-            history: s
-                .history
-                .into_iter()
-                .map(|a| SagaAttempt {
-                    attempt: a.attempt,
-                    started_at: time(a.started_at),
-                    ended_at: time(a.ended_at),
-                    outcome: a.outcome,
-                    error: non_empty(a.error),
-                })
-                .collect(),
-        }
-    }
-}
-
-impl From<ord::Saga> for Saga {
-    fn from(s: ord::Saga) -> Self {
-        Self {
-            saga_id: s.saga_id,
-            order_id: s.order_id,
-            version: s.version,
-            status: s.status,
-            current_step: non_empty(s.current_step),
-            steps: s.steps.into_iter().map(Into::into).collect(),
-            failure_reason: non_empty(s.failure_reason),
-            created_at: time(s.created_at),
-            updated_at: time(s.updated_at),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Orders: what `/v1/orders` takes and answers.
 
-use super::{Saga, integer, non_empty, time};
+use super::{Saga, integer, non_empty, saga, time};
 use chrono::{DateTime, Utc};
 use sagaworks_proto::order::v1 as ord;
 use serde::{Deserialize, Serialize};
@@ -89,7 +89,7 @@ impl From<ord::Order> for Order {
                 .collect(),
             total_cents: o.total_cents,
             failure_reason: non_empty(o.failure_reason),
-            saga: o.saga.map(Into::into),
+            saga: o.saga.map(saga),
             timeline: o
                 .timeline
                 .into_iter()

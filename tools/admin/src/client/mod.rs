@@ -3,11 +3,9 @@
 //! * `api` — [`Client`] sends each request with the bearer [`Token`] and
 //!   answers a [`Fetched`]: the typed body for human output and the JSON
 //!   exactly as the API sent it for `--json`.
-//! * `model` — the JSON shapes: the CLI's own small copies of the gateway's
-//!   saga JSON (unknown fields are ignored and missing ones take their
-//!   default, so a newer gateway does not break an older CLI), and the
-//!   gateway's own dead-letter types and [`Problem`] (`sagaworks_api`), which
-//!   ignore unknown fields too.
+//! * `model` — the JSON shapes: the gateway's own saga and dead-letter types
+//!   and [`Problem`] (`sagaworks_api`), which ignore fields they do not know,
+//!   so a newer gateway does not break an older CLI.
 //! * `error` — a non-2xx answer becomes an [`Error`] carrying the [`Problem`]
 //!   document (RFC 9457, or one made up from the status when the body is not
 //!   one, as a proxy's HTML error page is not) with the JSON as sent
