@@ -7,11 +7,12 @@ use crate::settings::Settings;
 use sagaworks_mtls::{Identity, TlsError};
 use sagaworks_proto::inventory::v1::inventory_service_client::InventoryServiceClient;
 use sagaworks_proto::payment::v1::payment_service_client::PaymentServiceClient;
+use sagaworks_saga::is_rejection;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::time::Duration;
+use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Status};
 
 /// The identity the peer stands in for: the participants' allow-lists admit its calls.
 pub const CALLER: &str = "order";
@@ -101,22 +102,6 @@ where
             Err(CallFailed { step, reason: format!("{:?}: {}", status.code(), status.message()) })
         }
     }
-}
-
-/// The codes the participants answer a business refusal with (the saga library's
-/// `Rejected`, libs/saga/src/grpc.rs); anything else may be a transport problem.
-pub fn is_rejection(code: Code) -> bool {
-    matches!(
-        code,
-        Code::InvalidArgument
-            | Code::NotFound
-            | Code::FailedPrecondition
-            | Code::Aborted
-            | Code::AlreadyExists
-            | Code::OutOfRange
-            | Code::PermissionDenied
-            | Code::Unauthenticated
-    )
 }
 
 #[cfg(test)]

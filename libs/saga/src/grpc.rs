@@ -56,17 +56,25 @@ fn step_error(step: &str, direction: Direction, status: &tonic::Status) -> StepE
     if why.is_some() {
         return StepError::Failed(what);
     }
-    match status.code() {
+    if is_rejection(status.code()) { StepError::Rejected(what) } else { StepError::Failed(what) }
+}
+
+/// Whether a participant's answer `code` is a business refusal: the codes the participants
+/// refuse a request with (a saga step's [`StepError::Rejected`]), as opposed to a transport
+/// or server problem, after which the call may or may not have taken effect. The one table
+/// of the participants' contract, for any orchestrator that reads their answers.
+pub fn is_rejection(code: Code) -> bool {
+    matches!(
+        code,
         Code::InvalidArgument
-        | Code::NotFound
-        | Code::FailedPrecondition
-        | Code::Aborted
-        | Code::AlreadyExists
-        | Code::OutOfRange
-        | Code::PermissionDenied
-        | Code::Unauthenticated => StepError::Rejected(what),
-        _ => StepError::Failed(what),
-    }
+            | Code::NotFound
+            | Code::FailedPrecondition
+            | Code::Aborted
+            | Code::AlreadyExists
+            | Code::OutOfRange
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+    )
 }
 
 #[cfg(test)]

@@ -63,6 +63,7 @@ pub mod testing;
 
 pub use definition::{Definition, Shape, valid_name};
 pub use engine::{Engine, SettingsError, StartError, Started, VersionError, Versions};
+pub use grpc::is_rejection;
 pub use operator::{ActionKind, Operator, OperatorAction, OperatorRecord};
 pub use settings::SagaSettings;
 pub use statement::Statement;
