@@ -84,12 +84,14 @@ sw_k8s_smoke_order() {
     say "order $order_id CONFIRMED (trace $trace)"
 
     say "its events on sagaworks.order (kafka-console-consumer in the broker's pod, as admin)"
+    # The reader exits 5 s after the last message it got; the loop reads again until both
+    # events are there.
     types=""
     for _ in $(seq 1 15); do
         types="$(ksmoke exec kafka-0 -- /opt/kafka/bin/kafka-console-consumer.sh \
             --bootstrap-server kafka-0.kafka-headless.$SW_K8S_SMOKE_NS.svc:9092 \
             --consumer.config /tmp/sagaworks-kafka/admin.properties --topic sagaworks.order \
-            --from-beginning --timeout-ms 15000 --property print.key=true --property print.headers=true \
+            --from-beginning --timeout-ms 5000 --property print.key=true --property print.headers=true \
             --property key.separator=' | ' --property headers.separator=',' 2>/dev/null |
             grep -F "| $order_id |" | grep -o 'ce_type:[A-Za-z]*' | cut -d: -f2 | paste -sd' ' || true)"
         case "$types" in *OrderConfirmed*) break ;; esac
