@@ -272,7 +272,7 @@ pub struct LoadArgs {
     #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     pub p99_bound_ms: u64,
 
-    /// Open loop: ... and at most this share of the orders (in %) completes no saga (rejected, failed, pending).
+    /// Open loop: ... and at most this share of the requests (in %) is answered without a finished saga (rejected, failed, still running).
     #[arg(long, value_name = "PERCENT", default_value_t = 1.0, value_parser = parse_percent)]
     pub max_error_percent: f64,
 

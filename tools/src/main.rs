@@ -210,7 +210,7 @@ fn print_step(step: &StepReport, cpu: Option<CpuUsage>, missed: Option<&str>) {
         ms(0.99),
         ms(0.999),
         ms(1.0),
-        step.errors(),
+        step.without_saga(),
         step.waited_for_slot,
         cpu,
         if step.rejected.is_empty() && step.failed.is_empty() {
@@ -242,7 +242,7 @@ async fn run_open_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     let admin = pg::connect(&args.pg_admin, "postgres").await?;
     let commits_before = pg::server_commits(&admin).await?;
     println!(
-        "open-loop load: {} s per rate, up to {} in flight, kept up with: p99 <= {} ms and <= {} % errors, target {}",
+        "open-loop load: {} s per rate, up to {} in flight, kept up with: p99 <= {} ms and <= {} % without a saga, target {}",
         args.duration_secs,
         args.max_in_flight,
         args.p99_bound_ms,
@@ -251,7 +251,7 @@ async fn run_open_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     );
     println!(
         "  {:>7} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>7}",
-        "rate/s", "sent", "sagas/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "errors", "waited", "CPU ms"
+        "rate/s", "sent", "sagas/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "no saga", "waited", "CPU ms"
     );
     let mut last_cpu = CpuTimes::read();
     // SIGTERM ends the run early, with its report (scripts/test-k8s stops the
@@ -268,7 +268,8 @@ async fn run_open_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     let commits = commits_since(&admin, commits_before).await?;
     let completed: u64 = steps.iter().map(StepReport::completed).sum();
     println!(
-        "  (CPU ms: CPU of every process on the machine per completed saga; errors: orders that completed no saga)"
+        "  (CPU ms: CPU of every process on the machine per completed saga; no saga: requests answered without a \
+         finished saga: rejected, failed, or still running when the gateway answered)"
     );
     println!(
         "  postgres commits during the run: {commits} ({:.1} per completed saga){}",

@@ -96,9 +96,10 @@ impl StepReport {
         (!self.latency.is_empty()).then(|| Duration::from_micros(self.latency.value_at_quantile(q)))
     }
 
-    /// Requests that did not complete a saga (rejected, failed, or accepted
-    /// but answered before the saga finished).
-    pub fn errors(&self) -> u64 {
+    /// Requests answered without a finished saga: rejected, failed, or
+    /// accepted and answered while the saga still ran (the gateway's wait ran
+    /// out); such a saga may well finish after the answer.
+    pub fn without_saga(&self) -> u64 {
         self.sent - self.completed()
     }
 
@@ -173,13 +174,14 @@ pub struct Bound {
 impl Bound {
     /// Why `step` misses the bound; `None` if it meets it.
     pub fn missed_by(&self, step: &StepReport) -> Option<String> {
-        let errors = step.errors() as f64 / step.sent.max(1) as f64;
+        let without_saga = step.without_saga() as f64 / step.sent.max(1) as f64;
         match step.quantile(0.99) {
             None => Some("no saga completed".into()),
             Some(p99) if p99 > self.p99 => Some(format!("p99 {p99:?} over {:?}", self.p99)),
-            Some(_) if errors > self.max_error_share => {
-                Some(format!("{:.1} % of the requests completed no saga", 100.0 * errors))
-            }
+            Some(_) if without_saga > self.max_error_share => Some(format!(
+                "{:.1} % of the requests were answered without a finished saga",
+                100.0 * without_saga
+            )),
             Some(_) => None,
         }
     }
@@ -382,7 +384,7 @@ mod tests {
         step.record(now, now, Sample::Accepted { order_id: "p".into(), status: "PENDING".into() });
         step.sent = 100;
         let bound = Bound { p99: Duration::from_millis(10), max_error_share: 0.02 };
-        assert_eq!(step.errors(), 3);
+        assert_eq!(step.without_saga(), 3);
         assert!(bound.missed_by(&step).unwrap().contains("3.0 %"), "{:?}", bound.missed_by(&step));
         assert_eq!(Bound { max_error_share: 0.05, ..bound }.missed_by(&step), None);
         assert!(
