@@ -26,6 +26,7 @@ use sagaworks_test_support::TestDatabase;
 use serde::{Deserialize, Serialize};
 use sqlx::{AssertSqlSafe, PgPool};
 use std::time::Duration;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -553,13 +554,14 @@ async fn run_case_on(case: Case, versions: fn(&PgPool) -> Versions<Purchase>) ->
 /// `step` failed once (its worker never polls, so nothing runs after that),
 /// then stopped; the backoff is pushed an hour out, as a long one would be.
 /// Returns the purchase, its saga id, and a second replica (no faults) whose
-/// worker runs.
+/// worker runs until `stop`. No other replica may run meanwhile: one without
+/// the faults would take the saga past `step` as soon as the first lets it go.
 async fn stuck_at(
     pool: &PgPool,
     faults: &str,
     step: &str,
     stop: &CancellationToken,
-) -> (Uuid, Uuid, Engine<Purchase>) {
+) -> (Uuid, Uuid, Engine<Purchase>, JoinHandle<()>) {
     let first_stop = CancellationToken::new();
     let mut faulty = settings();
     faulty.faults = faults.into();
@@ -598,8 +600,8 @@ async fn stuck_at(
     .unwrap();
     assert_eq!(pushed.rows_affected(), 1, "stuck at {step}");
     let second = Engine::new(pool.clone(), definition(pool), settings()).unwrap();
-    tokio::spawn(second.clone().run_worker(stop.clone()));
-    (purchase, saga, second)
+    let worker = tokio::spawn(second.clone().run_worker(stop.clone()));
+    (purchase, saga, second, worker)
 }
 
 fn operator(key: &str) -> Operator {
@@ -720,7 +722,7 @@ fn operator_trials() -> Vec<libtest_mimic::Trial> {
             assert!(plan.contains("rows=5 "), "the five runnable ones are leased:\n{plan}");
         }),
         db_trial("operator::a_stuck_saga_is_listed_retried_now_and_completes", |pool, stop| async move {
-            let (purchase, saga, engine) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
+            let (purchase, saga, engine, _) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
             let stuck = ListFilter { status: Some(StatusFilter::Stuck), ..Default::default() };
             let page = admin::list(&pool, "purchase", Duration::ZERO, &stuck).await.unwrap();
             assert_eq!(page.sagas.len(), 1);
@@ -751,7 +753,7 @@ fn operator_trials() -> Vec<libtest_mimic::Trial> {
             "operator::compensate_aborts_a_running_saga_and_undoes_what_may_have_happened",
             move |pool, stop| async move {
                 // The charge "fails" after charging (the first of 3 attempts allowed).
-                let (purchase, saga, engine) = stuck_at(&pool, "fail:charge:1000", "charge", &stop).await;
+                let (purchase, saga, engine, _) = stuck_at(&pool, "fail:charge:1000", "charge", &stop).await;
                 engine.act(saga, OperatorAction::Compensate, &operator("abort-1")).await.unwrap();
                 assert_eq!(finished(&pool, saga).await, "COMPENSATED");
                 assert_eq!(money_and_stock(&pool).await, (CREDIT, STOCK, 0), "refunded and released");
@@ -786,8 +788,9 @@ fn operator_trials() -> Vec<libtest_mimic::Trial> {
         db_trial(
             "operator::compensate_is_refused_while_compensating_and_past_the_pivot",
             |pool, stop| async move {
-                let (_, compensating, engine) =
-                    stuck_at(&pool, "late:charge,fail:refund:1000", "refund", &stop).await;
+                let first = stop.child_token();
+                let (_, compensating, engine, worker) =
+                    stuck_at(&pool, "late:charge,fail:refund:1000", "refund", &first).await;
                 let before = snapshot(&pool, compensating).await;
                 let refused = engine.act(compensating, OperatorAction::Compensate, &operator("c-1")).await;
                 assert!(
@@ -795,8 +798,10 @@ fn operator_trials() -> Vec<libtest_mimic::Trial> {
                     "{refused:?}"
                 );
                 assert_eq!(snapshot(&pool, compensating).await, before);
+                first.cancel();
+                worker.await.unwrap();
 
-                let (_, shipping, engine) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
+                let (_, shipping, engine, _) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
                 let before = snapshot(&pool, shipping).await;
                 let refused = engine.act(shipping, OperatorAction::Compensate, &operator("c-2")).await;
                 assert!(
@@ -810,16 +815,19 @@ fn operator_trials() -> Vec<libtest_mimic::Trial> {
             "operator::resolve_states_a_steps_effect_and_the_saga_goes_on",
             move |pool, stop| async move {
                 // Stuck refunding; the operator refunded out of band.
-                let (purchase, saga, engine) =
-                    stuck_at(&pool, "late:charge,fail:refund:1000", "refund", &stop).await;
+                let first = stop.child_token();
+                let (purchase, saga, engine, worker) =
+                    stuck_at(&pool, "late:charge,fail:refund:1000", "refund", &first).await;
                 engine.act(saga, resolve_null(), &operator("r-1")).await.unwrap();
                 assert_eq!(finished(&pool, saga).await, "COMPENSATED");
                 assert_eq!(log(&pool, purchase).await, ["RESOLVE refund by ops@example: participant fixed"]);
                 assert_eq!(last_outcome(&pool, saga, "refund").await.as_deref(), Some("resolved"));
                 assert_eq!(last_outcome(&pool, saga, "release").await.as_deref(), Some("succeeded"));
+                first.cancel();
+                worker.await.unwrap();
 
                 // A forward step resolved with an output of the wrong type is refused.
-                let (_, shipping, engine) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
+                let (_, shipping, engine, _) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
                 let shipped = || async {
                     sqlx::query_scalar::<_, i64>("SELECT count(*) FROM shipments")
                         .fetch_one(&pool)
@@ -847,7 +855,7 @@ fn operator_trials() -> Vec<libtest_mimic::Trial> {
         db_trial(
             "operator::the_same_key_committed_concurrently_is_answered_as_a_replay",
             |pool, stop| async move {
-                let (_, saga, engine) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
+                let (_, saga, engine, _) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
                 // Another request with the same key commits between this one's replay check and its
                 // own write: here, when this one takes the lease.
                 sqlx::raw_sql(AssertSqlSafe(format!(
@@ -870,7 +878,7 @@ fn operator_trials() -> Vec<libtest_mimic::Trial> {
             },
         ),
         db_trial("operator::an_action_never_races_a_live_driver", |pool, stop| async move {
-            let (_, saga, engine) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
+            let (_, saga, engine, _) = stuck_at(&pool, "fail:ship:1000", "ship", &stop).await;
             sqlx::query(
                 "UPDATE saga_instances SET lease_owner = 'elsewhere', lease_expires_at = now() + interval '1 hour'
                  WHERE id = $1",
