@@ -7,6 +7,7 @@ mod inbox;
 mod outcome;
 mod process;
 mod settings;
+mod subscription;
 mod worker;
 
 pub use envelope::ReceivedEvent;

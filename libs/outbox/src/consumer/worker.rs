@@ -2,6 +2,7 @@
 //! to workers, each worker's loop, offset commits and lag.
 
 use super::inbox::{self, INBOX_PURGE_EVERY};
+use super::subscription;
 use super::{ConsumerSettings, Handler};
 use crate::OutboxError;
 use crate::backoff::Backoff;
@@ -104,7 +105,7 @@ pub struct Consumer<H> {
     pub(super) kafka: KafkaSettings,
     pub(super) settings: ConsumerSettings,
     pub(super) handler: H,
-    consumer: Arc<kafka::OffRuntimeDrop<StreamConsumer>>,
+    consumer: subscription::Client,
     pub(super) dlq: kafka::OffRuntimeDrop<FutureProducer>,
     /// Per partition, the offset after the last handled message, not committed yet.
     marked: std::sync::Mutex<BTreeMap<(String, i32), i64>>,
@@ -191,6 +192,9 @@ impl<H: Handler> Consumer<H> {
         if self.settings.crash_point != ConsumerCrashPoint::Off {
             tracing::warn!(crash_point = ?self.settings.crash_point, group = %self.settings.group_id,
                 "consumer fault injection is on");
+        }
+        if !subscription::await_listed(&self.consumer, &topics, &shutdown).await {
+            return;
         }
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         if let Err(e) = self.consumer.subscribe(&names) {

@@ -4,6 +4,7 @@
 use crate::common::*;
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use sagaworks_config::KafkaSettings;
 use sagaworks_outbox::kafka::{dlq_topic, topic_name};
 use sagaworks_outbox::{Consumer, ConsumerSettings, Relay, RelaySettings};
 use std::collections::HashMap;
@@ -437,4 +438,52 @@ async fn the_consumer_purges_its_groups_expired_inbox_rows() {
         1,
         "another group's row stays"
     );
+}
+
+/// Consumers started at once, each on a topic that exists and three that do
+/// not yet (it creates them, then subscribes): each is assigned all four,
+/// although the broker may answer the subscription's metadata request before
+/// it lists a topic just created. librdkafka then joins the group with the
+/// topics it found and leaves the others out of the assignment until its
+/// next periodic metadata refresh (`topic.metadata.refresh.interval.ms`,
+/// five minutes by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_on_topics_they_create_are_assigned_every_topic() {
+    let env = env("consumer_new_topics").await;
+    let topics = ["account", "ledger", "audit", "notice"];
+    let prefixes: Vec<KafkaSettings> = (0..8)
+        .map(|n| KafkaSettings {
+            topic_prefix: format!("{}-{n}", env.kafka.topic_prefix),
+            ..env.kafka.clone()
+        })
+        .collect();
+    for kafka in &prefixes {
+        let account = topic_name(kafka, "account");
+        sagaworks_outbox::kafka::ensure_topics(kafka, &[account], Default::default()).await.unwrap();
+    }
+    let running: Vec<(KafkaSettings, Running)> = prefixes
+        .into_iter()
+        .map(|kafka| {
+            let c = Consumer::new(
+                env.pool.clone(),
+                &kafka,
+                consumer_settings("g-new", &topics),
+                Recorder::default(),
+            )
+            .unwrap();
+            (kafka, Running::spawn(|t| c.run(t)))
+        })
+        .collect();
+    for (kafka, _) in &running {
+        for topic in topics {
+            let topic = topic_name(kafka, topic);
+            sagaworks_test_support::eventually(&format!("{topic} assigned"), WAIT, || async {
+                assigned(kafka, "g-new", &topic).await.then_some(())
+            })
+            .await;
+        }
+    }
+    for (_, c) in running {
+        c.stop().await;
+    }
 }

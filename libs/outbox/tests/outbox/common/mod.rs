@@ -149,6 +149,28 @@ fn partition_count(client: &BaseConsumer, topic: &str, timeout: Duration) -> i32
     }
 }
 
+/// Whether a member of `group` has partitions of `topic` assigned, as the group
+/// coordinator sees it (read by a client outside the group).
+pub async fn assigned(kafka: &KafkaSettings, group: &str, topic: &str) -> bool {
+    let (settings, group, topic) =
+        (kafka.clone(), sagaworks_outbox::testing::group_name(kafka, group), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        let client = outside_client(&settings, "test-group-reader");
+        let groups = client.fetch_group_list(Some(&group), Duration::from_secs(5)).expect("the group list");
+        // A member's assignment is Kafka's ConsumerProtocolAssignment: it names each topic
+        // it holds partitions of, as a length-prefixed string.
+        let mut name = (topic.len() as i16).to_be_bytes().to_vec();
+        name.extend_from_slice(topic.as_bytes());
+        groups
+            .groups()
+            .iter()
+            .flat_map(|g| g.members())
+            .any(|m| m.assignment().is_some_and(|a| a.windows(name.len()).any(|w| w == name.as_slice())))
+    })
+    .await
+    .unwrap()
+}
+
 /// `group`'s committed offset per partition of `topic` (which must exist;
 /// `None`: nothing committed), read from the broker by a client outside the group.
 pub async fn committed(kafka: &KafkaSettings, group: &str, topic: &str) -> BTreeMap<i32, Option<i64>> {
