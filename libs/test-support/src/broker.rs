@@ -101,7 +101,7 @@ impl Broker {
     async fn start_own(nodes: u8, acl_prefix: Option<String>) -> Self {
         let dir = target_dir().join("kafka-test").join(uuid::Uuid::new_v4().simple().to_string());
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-        let port = free_ports(2 * u16::from(nodes));
+        let port = crate::free_ports(2 * u16::from(nodes));
         let certs_dir = crate::certs::kafka_dir();
         let mut args = vec![
             "--nodes".to_string(),
@@ -267,21 +267,4 @@ fn target_dir() -> PathBuf {
         Some(d) => PathBuf::from(d),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
     }
-}
-
-/// The first of `n` consecutive ports that were all free a moment ago, below
-/// Linux's ephemeral range (32768-60999): a port from that range, free while
-/// a node is down, may become some client connection's local port meanwhile,
-/// and the node could not restart on it.
-fn free_ports(n: u16) -> u16 {
-    const LOW: u16 = 20_000;
-    const HIGH: u16 = 32_000;
-    for _ in 0..200 {
-        let span = u128::from(HIGH - LOW - n);
-        let base = LOW + (uuid::Uuid::new_v4().as_u128() % span) as u16;
-        if (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
-            return base;
-        }
-    }
-    panic!("no {n} consecutive free ports found on 127.0.0.1 between {LOW} and {HIGH}");
 }

@@ -31,9 +31,28 @@ pub use service::{App, Running};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// A TCP port that was free a moment ago.
+/// A TCP port on 127.0.0.1 that was free a moment ago, for a server that binds it
+/// later (a process of its own, a node that restarts), from below the ephemeral range
+/// as `free_ports` explains.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    free_ports(1)
+}
+
+/// The first of `n` consecutive ports on 127.0.0.1 that were all free a moment ago,
+/// below Linux's ephemeral range (32768-60999). A port from that range, free now,
+/// may become some client connection's local port before the server binds it (or
+/// while a node is down), and the server could not listen on it.
+pub(crate) fn free_ports(n: u16) -> u16 {
+    const LOW: u16 = 20_000;
+    const HIGH: u16 = 32_000;
+    for _ in 0..200 {
+        let span = u128::from(HIGH - LOW - n);
+        let base = LOW + (uuid::Uuid::new_v4().as_u128() % span) as u16;
+        if (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no {n} consecutive free ports found on 127.0.0.1 between {LOW} and {HIGH}");
 }
 
 /// Sends service logs to the test's captured output (`RUST_LOG` filters; default `warn`).
