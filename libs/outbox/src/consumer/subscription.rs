@@ -27,11 +27,17 @@ pub(super) type Client = Arc<OffRuntimeDrop<StreamConsumer>>;
 /// How long one metadata request may take.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Every this many requests without every topic listed, the wait is logged
+/// as a warning, so that an operator sees why a consumer does not start; the
+/// requests between are logged at debug.
+const WARN_EVERY: u32 = 10;
+
 /// Waits until `client`'s metadata lists each of `topics` with its
 /// partitions, asking the broker again with backoff; false if `shutdown`
 /// comes first.
 pub(super) async fn await_listed(client: &Client, topics: &[String], shutdown: &CancellationToken) -> bool {
     let mut backoff = Backoff::new(50, 2_000);
+    let mut attempt: u32 = 0;
     loop {
         let (asked, wanted) = (Arc::clone(client), topics.to_vec());
         let unlisted = tokio::task::spawn_blocking(move || unlisted(&asked, &wanted))
@@ -41,7 +47,13 @@ pub(super) async fn await_listed(client: &Client, topics: &[String], shutdown: &
             return true;
         }
         let delay = backoff.next_delay();
-        tracing::debug!(?unlisted, retry_in = ?delay, "topics not listed by the broker yet");
+        attempt = attempt.wrapping_add(1);
+        if attempt.is_multiple_of(WARN_EVERY) {
+            tracing::warn!(?unlisted, attempt, retry_in = ?delay,
+                "the broker does not list these topics (or lists them with an error): not subscribed yet");
+        } else {
+            tracing::debug!(?unlisted, retry_in = ?delay, "topics not listed by the broker yet");
+        }
         tokio::select! {
             _ = shutdown.cancelled() => return false,
             _ = tokio::time::sleep(delay) => {}
