@@ -126,13 +126,16 @@ struct BatchOutcome {
 ///
 /// # Stopping
 ///
-/// A relay told to stop finishes the batch in hand but does not wait for the
-/// acks still outstanding: it deletes the acked prefix and commits, which
-/// releases its claims at once, so another relay publishes those aggregates
-/// right away instead of after `message_timeout_ms` (a broker that is down or
-/// stalled). The stopped relay's producer may still deliver some of the
-/// events it was not acked for: duplicates behind the other relay's copies
-/// (at-least-once; the first copy of each event is still in order).
+/// A relay told to stop finishes the batch in hand: it waits for the acks
+/// still outstanding, `stop_ack_wait_ms` at most, deletes the acked prefix
+/// and commits. With a healthy broker every ack comes within that wait, so a
+/// graceful stop (a rolling restart) leaves nothing to send twice. With a
+/// broker that is down or stalled the relay gives up after the wait instead of
+/// `message_timeout_ms`: its commit releases the claims, and another relay
+/// publishes those aggregates at once. The stopped relay's producer may still
+/// deliver some of the events it was not acked for: duplicates behind the
+/// other relay's copies (at-least-once; the first copy of each event is still
+/// in order).
 ///
 /// One narrow reordering remains possible: if librdkafka times out event `n`
 /// of an aggregate (`message_timeout_ms`) but a later event `n+1` is still
@@ -161,8 +164,8 @@ impl Relay {
     }
 
     /// Relays until `shutdown` is cancelled, then returns after finishing the
-    /// batch in hand without waiting for its outstanding acks (see the module
-    /// docs). Returns at once when `enabled` is false.
+    /// batch in hand, its outstanding acks awaited for `stop_ack_wait_ms` at
+    /// most (see "Stopping" above). Returns at once when `enabled` is false.
     pub async fn run(mut self, shutdown: CancellationToken) {
         if !self.settings.enabled {
             tracing::info!("outbox relay disabled");
@@ -212,7 +215,8 @@ impl Relay {
                         Parking::Sleep => poll,
                     }
                 }
-                // Stopped with acks outstanding: those events stay unpublished, their claims released.
+                // Stopped, acks still outstanding after the wait: those events stay
+                // unpublished, their claims released.
                 Ok(o) if shutdown.is_cancelled() => {
                     tracing::info!(not_acked = o.failed, "outbox relay stopped with events in flight");
                     break;
@@ -288,8 +292,10 @@ impl Relay {
         let more_waiting = per_aggregate.values().any(|n| *n >= share);
         self.ensure_topics(&rows).await?;
 
+        let stop_wait = Duration::from_millis(self.settings.stop_ack_wait_ms);
         let acked =
-            send::send_all(&self.producer, &self.kafka, &self.settings.service, &rows, shutdown).await;
+            send::send_all(&self.producer, &self.kafka, &self.settings.service, &rows, shutdown, stop_wait)
+                .await;
         #[cfg(feature = "test-hooks")]
         if self.settings.crash_point == RelayCrashPoint::AfterProduce && acked.contains(&true) {
             let n = acked.iter().filter(|ok| **ok).count();

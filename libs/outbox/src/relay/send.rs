@@ -7,6 +7,7 @@ use crate::OutboxError;
 use crate::kafka::{self, headers};
 use crate::metrics as m;
 use chrono::{SecondsFormat, Utc};
+use futures::FutureExt;
 use opentelemetry::trace::Status;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -24,13 +25,15 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 /// one event of an aggregate cannot be enqueued, its later events are not
 /// enqueued either. Each row is sent inside its own producer span, which
 /// ends when the broker acked (or refused) it. Once `shutdown` is
-/// cancelled, acks still outstanding are not waited for (`false`).
+/// cancelled, acks still outstanding are waited for `stop_wait` more at
+/// most; those that have not come by then count as not acked (`false`).
 pub(super) async fn send_all(
     producer: &FutureProducer,
     kafka: &KafkaSettings,
     service: &str,
     rows: &[Row],
     shutdown: &CancellationToken,
+    stop_wait: Duration,
 ) -> Vec<bool> {
     let mut pending: Vec<Option<DeliveryFuture>> = Vec::with_capacity(rows.len());
     let mut spans: Vec<tracing::Span> = Vec::with_capacity(rows.len());
@@ -60,15 +63,23 @@ pub(super) async fn send_all(
         }
         spans.push(span);
     }
-    // `None`: the relay stopped before the ack came.
-    let results = futures::future::join_all(pending.into_iter().map(|f| async move {
-        match f {
-            Some(f) => tokio::select! {
-                biased;
-                r = f => Some(r),
-                _ = shutdown.cancelled() => None,
-            },
-            None => Some(Err(futures::channel::oneshot::Canceled)),
+    // `None`: the relay stopped and the ack did not come within `stop_wait`.
+    let given_up = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(stop_wait).await;
+    }
+    .shared();
+    let results = futures::future::join_all(pending.into_iter().map(|f| {
+        let given_up = given_up.clone();
+        async move {
+            match f {
+                Some(f) => tokio::select! {
+                    biased;
+                    r = f => Some(r),
+                    _ = given_up => None,
+                },
+                None => Some(Err(futures::channel::oneshot::Canceled)),
+            }
         }
     }))
     .await;

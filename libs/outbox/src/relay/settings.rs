@@ -38,6 +38,13 @@ pub struct RelaySettings {
     pub message_timeout_ms: u64,
     /// librdkafka `linger.ms`.
     pub linger_ms: u64,
+    /// How long a stopping relay still waits for the acks of its last batch.
+    /// A healthy broker acks within milliseconds, so the acked events are
+    /// deleted and nobody sends them again; a broker that does not answer
+    /// within the wait leaves them to the next relay (sent twice if this
+    /// relay's producer delivers them on close). Keep it well inside the
+    /// service's termination grace period.
+    pub stop_ack_wait_ms: u64,
     /// Used when the relay creates a missing topic.
     pub topics: TopicSettings,
     /// Test-only fault hook (`APP_OUTBOX__CRASH_POINT=after_produce`; see
@@ -73,6 +80,7 @@ impl Default for RelaySettings {
             backoff_max_ms: 30_000,
             message_timeout_ms: 30_000,
             linger_ms: 5,
+            stop_ack_wait_ms: 5_000,
             topics: TopicSettings::default(),
             crash_point: RelayCrashPoint::Off,
         }

@@ -1,6 +1,6 @@
 //! Work changing hands while it is in flight, against real PostgreSQL and
-//! Apache Kafka: a relay that stops with a batch out,
-//! and a consumer group that rebalances mid-stream.
+//! Apache Kafka: a relay that stops with a batch out (its broker healthy, or
+//! gone), and a consumer group that rebalances mid-stream.
 
 use crate::common::*;
 use futures::future::BoxFuture;
@@ -19,9 +19,62 @@ use tokio_util::sync::CancellationToken;
 /// Fail-instead-of-hang guard of every wait (nothing here waits on the clock).
 const WAIT: Duration = Duration::from_secs(60);
 
+/// A relay told to stop while its batch waits for acks from a healthy broker
+/// (a rolling restart) waits for them and deletes what was acked before it
+/// stops: nothing is left for the next relay to send again. The producer
+/// holds the batch for `linger_ms`, so the acks are still out when the stop
+/// comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_stopped_with_acks_in_flight_deletes_what_was_acked() {
+    const AGGREGATES: i64 = 4;
+    const EVENTS: i64 = 5;
+    let env = env("handover_graceful").await;
+    let settings = RelaySettings { linger_ms: 3_000, message_timeout_ms: 30_000, ..relay_settings() };
+    assert!(settings.stop_ack_wait_ms > settings.linger_ms, "the stop waits out the linger");
+    let relay = Relay::new(env.pool.clone(), &env.kafka, settings).unwrap();
+    let relay = Running::spawn(|t| relay.run(t));
+    credit(&env.pool, "warm-up", 0, true).await;
+    eventually_published(&env.pool).await;
+
+    let writer = OutboxWriter::new("test");
+    let mut tx = env.pool.begin().await.unwrap();
+    for n in 1..=EVENTS {
+        for agg in 0..AGGREGATES {
+            let payload = serde_json::json!({ "account": format!("acc-{agg}"), "n": n });
+            let event = NewEvent::new("account", format!("acc-{agg}"), "AccountCredited", payload).unwrap();
+            writer.append(&mut tx, event).await.unwrap();
+        }
+    }
+    tx.commit().await.unwrap();
+    let pool = env.pool.clone();
+    eventually("the relay to claim every head", WAIT, || {
+        let pool = pool.clone();
+        async move { (claimed_rows(&pool).await == AGGREGATES).then_some(()) }
+    })
+    .await;
+    relay.stop().await;
+
+    let left = count(&env.pool, "SELECT count(*) FROM outbox").await;
+    assert_eq!(left, 0, "the stopped relay deleted its acked batch: nothing to send again");
+    let topic = topic_name(&env.kafka, "account");
+    let messages = read_topic(&env.kafka, &topic, WAIT, |m| {
+        distinct_ids(m.iter().filter(|m| m.key() != Some(b"warm-up".as_slice()))) as i64
+            == AGGREGATES * EVENTS
+    })
+    .await;
+    let batch: Vec<&OwnedMessage> =
+        messages.iter().filter(|m| m.key() != Some(b"warm-up".as_slice())).collect();
+    assert_eq!(batch.len() as i64, AGGREGATES * EVENTS, "each event once");
+    let per_aggregate = assert_per_aggregate_order(&messages);
+    for agg in 0..AGGREGATES {
+        assert_eq!(per_aggregate[&format!("acc-{agg}")], (1..=EVENTS).collect::<Vec<_>>(), "acc-{agg}");
+    }
+}
+
 /// A relay that stops while its batch waits for acks that will never come
 /// (its broker went away; its sends would time out after ten minutes) hands
-/// its claims back as it stops: a second relay on the same table, which
+/// its claims back once its stop wait (`stop_ack_wait_ms`) is over: a second
+/// relay on the same table, which
 /// skipped those aggregates while they were claimed, publishes them at once,
 /// in order, each event once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
