@@ -7,6 +7,21 @@ use std::time::Duration;
 /// How often an admin call waits out a 429 before giving up.
 const MAX_RATE_LIMITED: u32 = 30;
 
+/// A pooled connection unused this long is closed by the client. It stays under the
+/// gateway's own idle limit (`server.header_read_timeout_ms`, 10 s by default), so the
+/// client does not send a request on a connection the gateway is closing as idle.
+pub(crate) const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The HTTP client of the tools: `timeout` per request, up to 1024 idle connections
+/// kept, each for [`POOL_IDLE_TIMEOUT`].
+pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, ToolError> {
+    Ok(reqwest::Client::builder()
+        .timeout(timeout)
+        .pool_max_idle_per_host(1024)
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .build()?)
+}
+
 /// The gateway at `base` (e.g. `http://127.0.0.1:8080`), with the bearer
 /// tokens to send (admin calls with the admin token, orders with the
 /// customer's).
@@ -29,7 +44,7 @@ pub enum PlaceOutcome {
 
 impl Api {
     pub fn new(base: &str, tokens: Tokens, timeout: Duration) -> Result<Self, ToolError> {
-        let http = reqwest::Client::builder().timeout(timeout).pool_max_idle_per_host(1024).build()?;
+        let http = http_client(timeout)?;
         Ok(Self { http, base: base.trim_end_matches('/').to_string(), tokens })
     }
 

@@ -122,7 +122,7 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
     // SIGTERM ends the run early, with its report (the chaos script stops
     // the load once its faults are done).
     let stop = cancelled_on_sigterm()?;
-    let mut report = load::run(orders, fixture, plan.clone(), stop).await?;
+    let mut report = load::run(orders.clone(), fixture, plan.clone(), stop).await?;
     let cpu = cpu_before.zip(CpuTimes::read()).map(|(before, after)| after.since(&before));
     let by_process = ProcessCpu::read().since(&procs_before);
     let commits = commits_since(&admin, commits_before).await?;
@@ -148,6 +148,7 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
         report.rejected,
         report.failed
     );
+    print_resent(&orders);
     println!("  completed sagas/s: {rate:.1}");
     let lat = &mut report.completed_latency;
     println!(
@@ -194,6 +195,14 @@ async fn run_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How many orders went out twice (`Orders::place_order`), when any did.
+fn print_resent(orders: &Orders) {
+    let resent = orders.resent();
+    if resent > 0 {
+        println!("  sent again after their connection ended unanswered (same Idempotency-Key): {resent}");
+    }
 }
 
 /// One open-loop step as a line: offered and achieved rate, latency quantiles, errors.
@@ -267,6 +276,7 @@ async fn run_open_load(args: LoadArgs) -> Result<ExitCode, ToolError> {
         .await;
     let commits = commits_since(&admin, commits_before).await?;
     let completed: u64 = steps.iter().map(StepReport::completed).sum();
+    print_resent(&orders);
     println!(
         "  (CPU ms: CPU of every process on the machine per completed saga; no saga: requests answered without a \
          finished saga: rejected, failed, or still running when the gateway answered)"

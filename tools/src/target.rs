@@ -20,6 +20,7 @@ use crate::api::{OrderBody, not_an_order};
 use crate::{Api, PlaceOutcome, ToolError};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// In a Restate target's URL: replaced by a fresh order id (UUIDv7) per order.
@@ -96,7 +97,13 @@ pub fn restate_outcome(status: u16, body: &[u8]) -> Result<PlaceOutcome, ToolErr
 }
 
 /// The client `load` places its orders with.
-pub enum Orders {
+pub struct Orders {
+    client: Client,
+    /// Orders sent a second time after their connection ended unanswered.
+    resent: AtomicU64,
+}
+
+enum Client {
     Gateway(Api),
     Restate(RestatePeer),
 }
@@ -105,27 +112,63 @@ impl Orders {
     /// The client of `target`: `api` for the gateway; a plain HTTP client for a peer (Restate's
     /// ingress, or the Temporal peer's front, which answers alike).
     pub fn new(target: &Target, api: Api, timeout: Duration) -> Result<Self, ToolError> {
-        Ok(match target {
-            Target::Gateway => Self::Gateway(api),
+        let client = match target {
+            Target::Gateway => Client::Gateway(api),
             Target::Restate { url } | Target::Temporal { url } => {
-                Self::Restate(RestatePeer::new(url, timeout)?)
+                Client::Restate(RestatePeer::new(url, timeout)?)
             }
-        })
+        };
+        Ok(Self { client, resent: AtomicU64::new(0) })
     }
 
     /// Places the order with `idempotency_key`. Transport failures (connection refused,
     /// timeout) are the `Err`.
+    ///
+    /// A request whose connection ended before any answer came (not refused, not timed
+    /// out) is sent once more, on another connection, with the same key. That happens when
+    /// the server closes a kept-alive connection just as the request goes out on it, as
+    /// every HTTP/1.1 server may (RFC 9112, section 9.3.1), and as a gateway that is
+    /// shutting down does. The key makes the second attempt safe: the target answers it
+    /// with the order the first attempt placed, if it placed one. [`Orders::resent`]
+    /// counts these.
     pub async fn place_order(
         &self,
         customer_id: &str,
         items: &[(String, i64)],
         idempotency_key: &str,
     ) -> Result<PlaceOutcome, ToolError> {
-        match self {
-            Self::Gateway(api) => api.place_order(customer_id, items, idempotency_key).await,
-            Self::Restate(peer) => peer.place_order(customer_id, items, idempotency_key).await,
+        match self.send(customer_id, items, idempotency_key).await {
+            Err(ToolError::Http(e)) if ended_unanswered(&e) => {
+                self.resent.fetch_add(1, Ordering::Relaxed);
+                self.send(customer_id, items, idempotency_key).await
+            }
+            outcome => outcome,
         }
     }
+
+    /// Orders sent a second time because their connection ended unanswered.
+    pub fn resent(&self) -> u64 {
+        self.resent.load(Ordering::Relaxed)
+    }
+
+    async fn send(
+        &self,
+        customer_id: &str,
+        items: &[(String, i64)],
+        idempotency_key: &str,
+    ) -> Result<PlaceOutcome, ToolError> {
+        match &self.client {
+            Client::Gateway(api) => api.place_order(customer_id, items, idempotency_key).await,
+            Client::Restate(peer) => peer.place_order(customer_id, items, idempotency_key).await,
+        }
+    }
+}
+
+/// The request went out and its connection ended without an answer: neither refused
+/// (nothing was sent), nor timed out (the server may still be working on it), nor an
+/// answer that did not decode.
+fn ended_unanswered(e: &reqwest::Error) -> bool {
+    e.is_request() && !e.is_connect() && !e.is_timeout()
 }
 
 /// The Restate peer's saga handler, through Restate's ingress (or the Temporal peer's front,
@@ -137,7 +180,7 @@ pub struct RestatePeer {
 
 impl RestatePeer {
     pub fn new(url: &str, timeout: Duration) -> Result<Self, ToolError> {
-        let http = reqwest::Client::builder().timeout(timeout).pool_max_idle_per_host(1024).build()?;
+        let http = crate::api::http_client(timeout)?;
         Ok(Self { http, url: url.to_string() })
     }
 
@@ -170,6 +213,78 @@ impl RestatePeer {
 mod tests {
     use super::*;
     use crate::api::gateway_outcome;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// Reads one request (head and `content-length` body) off `conn`; returns its
+    /// `idempotency-key`.
+    async fn read_request(conn: &mut TcpStream) -> String {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = conn.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the client closed before sending a whole request");
+            buf.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&buf).to_string();
+            let Some(end) = text.find("\r\n\r\n") else { continue };
+            let header = |name: &str| {
+                text[..end].lines().find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+                })
+            };
+            let length: usize = header("content-length").map_or(0, |v| v.parse().unwrap());
+            if buf.len() >= end + 4 + length {
+                return header("idempotency-key").expect("the order carries an Idempotency-Key");
+            }
+        }
+    }
+
+    /// A connection that ends after the request went out, before any answer, gets the
+    /// order sent once more, with the same key, on a new connection.
+    #[tokio::test]
+    async fn an_order_whose_connection_ends_unanswered_is_sent_again_with_its_key() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut first, _) = listener.accept().await.unwrap();
+            let first_key = read_request(&mut first).await;
+            drop(first);
+            let (mut second, _) = listener.accept().await.unwrap();
+            let second_key = read_request(&mut second).await;
+            let body = r#"{"order_id":"o-1","status":"CONFIRMED"}"#;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            second.write_all(answer.as_bytes()).await.unwrap();
+            (first_key, second_key)
+        });
+        let target = Target::Restate { url: format!("http://127.0.0.1:{port}/OrderSaga/{ORDER_ID}/place") };
+        let api = Api::new("http://127.0.0.1:1", crate::Tokens::None, Duration::from_secs(30)).unwrap();
+        let orders = Orders::new(&target, api, Duration::from_secs(30)).unwrap();
+        let items = [("p-1".to_string(), 1)];
+        let outcome = orders.place_order("c-1", &items, "key-1").await.unwrap();
+        assert_eq!(outcome, PlaceOutcome::Accepted { order_id: "o-1".into(), status: "CONFIRMED".into() });
+        assert_eq!(orders.resent(), 1);
+        let (first_key, second_key) = server.await.unwrap();
+        assert_eq!((first_key.as_str(), second_key.as_str()), ("key-1", "key-1"));
+    }
+
+    /// A refused connection carried no request: it is a failure, not sent again.
+    #[tokio::test]
+    async fn a_refused_order_is_not_sent_again() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let target = Target::Restate { url: format!("http://127.0.0.1:{port}/OrderSaga/{ORDER_ID}/place") };
+        let api = Api::new("http://127.0.0.1:1", crate::Tokens::None, Duration::from_secs(30)).unwrap();
+        let orders = Orders::new(&target, api, Duration::from_secs(30)).unwrap();
+        let err = orders.place_order("c-1", &[("p-1".to_string(), 1)], "key-1").await.unwrap_err();
+        assert!(matches!(&err, ToolError::Http(e) if e.is_connect()), "{err}");
+        assert_eq!(orders.resent(), 0);
+    }
 
     #[test]
     fn targets_parse_and_print_back() {
