@@ -94,23 +94,26 @@ sw_tracing_need_go() {
     return 1
 }
 
-# Runs `sw_tracing_build_<what> <scratch dir> <temporary binary>` under the bin dir's
-# lock unless $1 (the binary) exists by then, and renames its result to $1. The scratch
-# dir and the temporary binary live in the bin dir (one filesystem: the rename is atomic)
-# and are removed however the build ends.
+# Runs `sw_tracing_build_<what> <scratch dir> <temporary binary>` under $1's own lock
+# unless $1 (the binary) exists by then, and renames its result to $1. The scratch dir and
+# the temporary binary live in the bin dir (one filesystem: the rename is atomic) and are
+# removed however the build ends. One lock per binary, not one for the directory: the
+# cluster's build runs at the lowest priority beside install-deps, and a lock they shared
+# would leave install-deps' builds waiting for it (priority inversion).
 sw_tracing_build_once() { # binary, what, label
-    local bin="$1" what="$2" label="$3" dir
+    local bin="$1" what="$2" label="$3" dir name
     dir="$(dirname "$bin")"
+    name="$(basename "$bin")"
     mkdir -p "$dir" || { sw_tracing_err "cannot create $dir"; return 1; }
     (
         if command -v flock >/dev/null; then
-            exec 9>"$dir/.build.lock"
+            exec 9>"$dir/.build-$name.lock"
             flock 9 || exit 1
-            # Under the lock, whatever temporary files are left were left by a killed build.
-            rm -rf "$dir"/.build.*.tmp
+            # Under the lock, this binary's temporary files left were left by a killed build.
+            rm -rf "$dir/.build-$name".*.tmp
         fi
         [ -x "$bin" ] && exit 0
-        scratch="$(mktemp -d "$dir/.build.XXXXXX.tmp")" || exit 1
+        scratch="$(mktemp -d "$dir/.build-$name.XXXXXX.tmp")" || exit 1
         trap 'rm -rf "$scratch"' EXIT
         trap 'exit 130' INT TERM
         sw_tracing_say "building $label (once per machine; progress below)"
