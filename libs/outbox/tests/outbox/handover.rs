@@ -36,39 +36,12 @@ async fn a_relay_stopped_with_acks_in_flight_deletes_what_was_acked() {
     credit(&env.pool, "warm-up", 0, true).await;
     eventually_published(&env.pool).await;
 
-    let writer = OutboxWriter::new("test");
-    let mut tx = env.pool.begin().await.unwrap();
-    for n in 1..=EVENTS {
-        for agg in 0..AGGREGATES {
-            let payload = serde_json::json!({ "account": format!("acc-{agg}"), "n": n });
-            let event = NewEvent::new("account", format!("acc-{agg}"), "AccountCredited", payload).unwrap();
-            writer.append(&mut tx, event).await.unwrap();
-        }
-    }
-    tx.commit().await.unwrap();
-    let pool = env.pool.clone();
-    eventually("the relay to claim every head", WAIT, || {
-        let pool = pool.clone();
-        async move { (claimed_rows(&pool).await == AGGREGATES).then_some(()) }
-    })
-    .await;
+    write_backlog_and_await_claim(&env.pool, AGGREGATES, EVENTS).await;
     relay.stop().await;
 
     let left = count(&env.pool, "SELECT count(*) FROM outbox").await;
     assert_eq!(left, 0, "the stopped relay deleted its acked batch: nothing to send again");
-    let topic = topic_name(&env.kafka, "account");
-    let messages = read_topic(&env.kafka, &topic, WAIT, |m| {
-        distinct_ids(m.iter().filter(|m| m.key() != Some(b"warm-up".as_slice()))) as i64
-            == AGGREGATES * EVENTS
-    })
-    .await;
-    let batch: Vec<&OwnedMessage> =
-        messages.iter().filter(|m| m.key() != Some(b"warm-up".as_slice())).collect();
-    assert_eq!(batch.len() as i64, AGGREGATES * EVENTS, "each event once");
-    let per_aggregate = assert_per_aggregate_order(&messages);
-    for agg in 0..AGGREGATES {
-        assert_eq!(per_aggregate[&format!("acc-{agg}")], (1..=EVENTS).collect::<Vec<_>>(), "acc-{agg}");
-    }
+    assert_backlog_sent_once_in_order(&env.kafka, AGGREGATES, EVENTS).await;
 }
 
 /// A relay that stops while its batch waits for acks that will never come
@@ -92,23 +65,7 @@ async fn a_stopping_relay_releases_its_claims_to_another_relay_at_once() {
     eventually_published(&env.pool).await;
     gone.stop();
 
-    // One commit, so that one batch claims every aggregate's head.
-    let writer = OutboxWriter::new("test");
-    let mut tx = env.pool.begin().await.unwrap();
-    for n in 1..=EVENTS {
-        for agg in 0..AGGREGATES {
-            let payload = serde_json::json!({ "account": format!("acc-{agg}"), "n": n });
-            let event = NewEvent::new("account", format!("acc-{agg}"), "AccountCredited", payload).unwrap();
-            writer.append(&mut tx, event).await.unwrap();
-        }
-    }
-    tx.commit().await.unwrap();
-    let pool = env.pool.clone();
-    eventually("the first relay to claim every head", WAIT, || {
-        let pool = pool.clone();
-        async move { (claimed_rows(&pool).await == AGGREGATES).then_some(()) }
-    })
-    .await;
+    write_backlog_and_await_claim(&env.pool, AGGREGATES, EVENTS).await;
 
     // The second relay publishes around the claims ...
     let second = Relay::new(env.pool.clone(), &env.kafka, relay_settings()).unwrap();
@@ -135,21 +92,7 @@ async fn a_stopping_relay_releases_its_claims_to_another_relay_at_once() {
     // ... and, once the first one stopped, publishes what it had claimed.
     first.stop().await;
     eventually_published(&env.pool).await;
-    let topic = topic_name(&env.kafka, "account");
-    let messages = read_topic(&env.kafka, &topic, WAIT, |m| {
-        distinct_ids(m.iter().filter(|m| m.key() != Some(b"acc-free".as_slice()))) as i64
-            == AGGREGATES * EVENTS
-    })
-    .await;
-    let backlog: Vec<&OwnedMessage> = messages
-        .iter()
-        .filter(|m| m.key().is_some_and(|k| k.starts_with(b"acc-") && k != b"acc-free"))
-        .collect();
-    assert_eq!(backlog.len() as i64, AGGREGATES * EVENTS, "each event once");
-    let per_aggregate = assert_per_aggregate_order(&messages);
-    for agg in 0..AGGREGATES {
-        assert_eq!(per_aggregate[&format!("acc-{agg}")], (1..=EVENTS).collect::<Vec<_>>(), "acc-{agg}");
-    }
+    assert_backlog_sent_once_in_order(&env.kafka, AGGREGATES, EVENTS).await;
     second.stop().await;
 }
 
@@ -250,6 +193,47 @@ async fn a_rebalance_mid_stream_loses_no_event_and_doubles_none() {
     assert!(duplicates > 0.0, "the handed-over partitions were delivered again");
     relay.stop().await;
     second.stop().await;
+}
+
+/// Writes a backlog, events `1..=events` of each of the aggregates `acc-0`, `acc-1`, ...,
+/// in one commit, so that one batch claims every aggregate's head; returns once a relay
+/// has claimed them all.
+async fn write_backlog_and_await_claim(pool: &PgPool, aggregates: i64, events: i64) {
+    let writer = OutboxWriter::new("test");
+    let mut tx = pool.begin().await.unwrap();
+    for n in 1..=events {
+        for agg in 0..aggregates {
+            let payload = serde_json::json!({ "account": format!("acc-{agg}"), "n": n });
+            let event = NewEvent::new("account", format!("acc-{agg}"), "AccountCredited", payload).unwrap();
+            writer.append(&mut tx, event).await.unwrap();
+        }
+    }
+    tx.commit().await.unwrap();
+    eventually("a relay to claim every head", WAIT, || async {
+        (claimed_rows(pool).await == aggregates).then_some(())
+    })
+    .await;
+}
+
+/// Whether `m` belongs to the backlog of [`write_backlog_and_await_claim`].
+fn in_backlog(m: &OwnedMessage, aggregates: i64) -> bool {
+    (0..aggregates).any(|agg| m.key() == Some(format!("acc-{agg}").as_bytes()))
+}
+
+/// Reads the account topic until every event of the backlog is there, then asserts that
+/// each is there once and each aggregate's events are in order.
+async fn assert_backlog_sent_once_in_order(kafka: &KafkaSettings, aggregates: i64, events: i64) {
+    let topic = topic_name(kafka, "account");
+    let messages = read_topic(kafka, &topic, WAIT, move |m| {
+        distinct_ids(m.iter().filter(|m| in_backlog(m, aggregates))) as i64 == aggregates * events
+    })
+    .await;
+    let sent = messages.iter().filter(|m| in_backlog(m, aggregates)).count() as i64;
+    assert_eq!(sent, aggregates * events, "each event once");
+    let per_aggregate = assert_per_aggregate_order(&messages);
+    for agg in 0..aggregates {
+        assert_eq!(per_aggregate[&format!("acc-{agg}")], (1..=events).collect::<Vec<_>>(), "acc-{agg}");
+    }
 }
 
 /// Unpublished rows locked by a relay's claim (a row lock leaves the locker
