@@ -3,6 +3,8 @@
 //! consumer cannot handle.
 
 use crate::Stack;
+use reqwest::StatusCode;
+use serde_json::Value;
 use std::time::Duration;
 
 /// Stuck after this long without progress (the order service's `saga.stuck_after_ms`).
@@ -55,4 +57,17 @@ pub async fn send_raw(stack: &Stack, key: &str, payload: &str, headers: &[(&str,
     let record = FutureRecord::to(&topic).key(key).payload(payload).headers(headers);
     producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).expect("sent");
     sagaworks_outbox::kafka::close(producer, "test-producer", Duration::from_secs(5)).await;
+}
+
+/// The dead letters of `topic` that the gateway lists for `query`, or `None` while it
+/// answers 503: reading the dead-letter topic waits on the broker, and a broker that
+/// answers slowly makes the call unavailable for now (the caller asks again). Any other
+/// answer than 200 fails the test.
+pub async fn dead_letters(stack: &Stack, topic: &str, query: &str) -> Option<Vec<Value>> {
+    let (status, page) = stack.get(&format!("/v1/admin/dlq/{topic}/messages?{query}")).await;
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        return None;
+    }
+    assert_eq!(status, StatusCode::OK, "{page}");
+    Some(page["messages"].as_array().cloned().unwrap_or_default())
 }

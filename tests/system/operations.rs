@@ -89,8 +89,10 @@ async fn a_saga_stuck_on_a_participant_outage_is_found_and_retried_now_to_confir
     let (mut stack, product, customer, order_id) = stuck_on_an_inventory_outage().await;
     let stuck =
         sagaworks_test_support::eventually("the saga to count as stuck", Duration::from_secs(20), || async {
+            // Stuck once its step has failed (not while the first attempt is still out).
             let sagas = stuck_sagas(&stack).await;
-            (sagas.len() == 1).then(|| sagas[0].clone())
+            let failed = |s: &Value| s["last_error"].as_str().is_some_and(|e| !e.is_empty());
+            (sagas.len() == 1 && failed(&sagas[0])).then(|| sagas[0].clone())
         })
         .await;
     assert_eq!(stuck["order_id"], order_id.as_str(), "{stuck}");
@@ -340,10 +342,8 @@ async fn poison(stack: &Stack, key: &str) {
     send_raw(stack, key, r#"{"not":"an event"}"#, &[]).await;
 }
 
-async fn dead_letters(stack: &Stack, query: &str) -> Vec<Value> {
-    let (status, page) = stack.get(&format!("/v1/admin/dlq/order/messages?{query}")).await;
-    assert_eq!(status, StatusCode::OK, "{page}");
-    page["messages"].as_array().unwrap().clone()
+async fn dead_letters(stack: &Stack, query: &str) -> Option<Vec<Value>> {
+    system_tests::operations::dead_letters(stack, "order", query).await
 }
 
 #[tokio::test]
@@ -353,7 +353,7 @@ async fn dead_letters_are_listed_discarded_and_replayed_through_the_gateway() {
     poison(&stack, &key).await;
     let query = format!("key={key}");
     let found = sagaworks_test_support::eventually("both groups dead-lettered it", WAIT, || async {
-        let found = dead_letters(&stack, &query).await;
+        let found = dead_letters(&stack, &query).await?;
         (found.len() == 2).then_some(found)
     })
     .await;
@@ -413,13 +413,15 @@ async fn dead_letters_are_listed_discarded_and_replayed_through_the_gateway() {
     assert_eq!((status, &replayed["replayed"]), (StatusCode::OK, &json!([second])), "{replayed}");
     let back =
         sagaworks_test_support::eventually("the replayed message dead-lettered again", WAIT, || async {
-            let pending = dead_letters(&stack, &format!("{query}&state=pending")).await;
+            let pending = dead_letters(&stack, &format!("{query}&state=pending")).await?;
             (!pending.is_empty()).then_some(pending)
         })
         .await;
     assert!(back[0]["headers"]["dlq_replayed_from"].as_str().unwrap().ends_with(&second.replace('-', "/")));
-    let states: Vec<(String, String)> = dead_letters(&stack, &query)
-        .await
+    let listed =
+        sagaworks_test_support::eventually("the dead letters listed", WAIT, || dead_letters(&stack, &query))
+            .await;
+    let states: Vec<(String, String)> = listed
         .iter()
         .take(2)
         .map(|m| (m["state"].as_str().unwrap().into(), m["actions"][0]["actor"].as_str().unwrap().into()))
@@ -543,7 +545,7 @@ async fn the_cli_finds_a_stuck_saga_and_retries_it_with_exit_codes_that_mean_som
     poison(&stack, &key).await;
     let query = format!("key={key}");
     sagaworks_test_support::eventually("inventory dead-lettered both", WAIT, || async {
-        let found = dead_letters(&stack, &query).await;
+        let found = dead_letters(&stack, &query).await?;
         (found.iter().filter(|m| m["group"] == "inventory").count() == 2).then_some(())
     })
     .await;

@@ -49,14 +49,19 @@ async fn payment_reads_file_and_env_logs_json_and_drains_on_sigterm() {
 
     let client = reqwest::Client::new();
     let ready = format!("http://127.0.0.1:{http}/health/ready");
-    eventually("payment ready on the env-chosen port", Duration::from_secs(30), || async {
+    // Ready with the broker not yet reached is "degraded" (the broker is not critical to
+    // readiness): the test waits for both checks to pass, as the service reached them.
+    let body = eventually("payment ready on the env-chosen port", Duration::from_secs(60), || async {
         let res = client.get(&ready).send().await.ok()?;
-        (res.status() == reqwest::StatusCode::OK).then_some(())
+        if res.status() != reqwest::StatusCode::OK {
+            return None;
+        }
+        let body: serde_json::Value = res.json().await.ok()?;
+        (body["checks"]["kafka"] == "ok").then_some(body)
     })
     .await;
-    let body: serde_json::Value = client.get(&ready).send().await.unwrap().json().await.unwrap();
     assert_eq!(body["checks"]["database"], "ok", "{body}");
-    assert_eq!(body["checks"]["kafka"], "ok", "{body}");
+    assert_eq!(body["status"], "ready", "{body}");
     // The file's gRPC port is the one in use.
     assert!(tokio::net::TcpStream::connect(("127.0.0.1", grpc)).await.is_ok());
 
