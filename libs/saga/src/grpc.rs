@@ -37,7 +37,8 @@ enum Direction {
 /// Classifies `status`, the answer to step `step`'s call.
 fn step_error(step: &str, direction: Direction, status: &tonic::Status) -> StepError {
     let what = format!("{step}: {}", status.message());
-    let why = match sagaworks_resilience::rejection(status) {
+    let rejection = sagaworks_resilience::rejection(status);
+    let why = match rejection {
         Some(Rejection::BulkheadFull) => Some("too many calls in flight"),
         Some(Rejection::CircuitOpen { .. }) => Some("circuit open"),
         Some(Rejection::Timeout) => Some("timed out"),
@@ -50,7 +51,13 @@ fn step_error(step: &str, direction: Direction, status: &tonic::Status) -> StepE
     if sagaworks_resilience::never_sent(status) {
         return match direction {
             Direction::Compensation => StepError::Failed(format!("{what}; not sent")),
-            Direction::Forward => StepError::Unavailable(format!("{what}; not sent")),
+            Direction::Forward => StepError::Unavailable {
+                reason: format!("{what}; not sent"),
+                retry_after: match rejection {
+                    Some(Rejection::CircuitOpen { retry_after }) => Some(retry_after),
+                    _ => None,
+                },
+            },
         };
     }
     if why.is_some() {
@@ -110,7 +117,7 @@ mod tests {
     }
 
     fn unavailable(e: &StepError, part: &str) -> bool {
-        matches!(e, StepError::Unavailable(m) if m.contains(part))
+        matches!(e, StepError::Unavailable { reason, .. } if reason.contains(part))
     }
 
     #[test]
@@ -120,6 +127,17 @@ mod tests {
         assert!(unavailable(&step_error("charge", Forward, &from_stack(open(), "no")), "circuit open"));
         let full = from_stack(Rejection::BulkheadFull.to_status("inventory"), "no");
         assert!(unavailable(&step_error("reserve", Forward, &full), "too many calls"));
+    }
+
+    #[test]
+    fn an_open_breaker_says_when_the_step_may_be_tried_again() {
+        let retry_after = |status: &tonic::Status| match step_error("charge", Forward, status) {
+            StepError::Unavailable { retry_after, .. } => retry_after,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(retry_after(&from_stack(open(), "no")), Some(Duration::from_secs(1)));
+        let full = from_stack(Rejection::BulkheadFull.to_status("inventory"), "no");
+        assert_eq!(retry_after(&full), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::statement::Statement;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
+use std::time::Duration;
 use uuid::Uuid;
 
 /// A kind of saga: its name, its input, and the host's writes when an
@@ -116,8 +117,10 @@ pub enum StepError {
     /// never sent (participant unreachable, circuit open, bulkhead full).
     /// Retried while the step has attempts left and its deadline allows;
     /// then handled like a rejection (nothing of its own to compensate).
-    #[error("unavailable: {0}")]
-    Unavailable(String),
+    /// `retry_after`: the earliest a call can go through (an open circuit
+    /// breaker says when it lets one through); the next attempt is not sooner.
+    #[error("unavailable: {reason}")]
+    Unavailable { reason: String, retry_after: Option<Duration> },
     /// May or may not have had an effect (a timeout, a connection lost after
     /// sending, a participant error).
     #[error("failed: {0}")]
@@ -125,9 +128,14 @@ pub enum StepError {
 }
 
 impl StepError {
+    /// Not sent, with no hint of when a call could go through.
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        StepError::Unavailable { reason: reason.into(), retry_after: None }
+    }
+
     pub fn message(&self) -> &str {
         match self {
-            StepError::Rejected(m) | StepError::Unavailable(m) | StepError::Failed(m) => m,
+            StepError::Rejected(m) | StepError::Unavailable { reason: m, .. } | StepError::Failed(m) => m,
         }
     }
 }

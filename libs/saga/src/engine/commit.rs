@@ -103,7 +103,7 @@ impl<S: Saga> Engine<S> {
         let written: Option<Written> =
             sqlx::query_as_with(AssertSqlSafe(sql), args).fetch_optional(self.pool()).await?;
         let (at, attempts, started_at) = written.ok_or(DriveError::LeaseLost(id))?;
-        if *next == Next::Retry {
+        if matches!(next, Next::Retry { .. }) {
             tracing::warn!(saga = S::NAME, step = name, ?delay, error = ?error, "saga step will be retried");
         }
 

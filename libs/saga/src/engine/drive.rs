@@ -61,7 +61,7 @@ impl<S: Saga> Engine<S> {
                     (state.attempts, state.step_started_at, state.maybe_sent) = (None, None, false);
                     begun = false;
                 }
-                Turn::Committed(Next::Retry, _) => return Ok(Driven::Deferred),
+                Turn::Committed(Next::Retry { .. }, _) => return Ok(Driven::Deferred),
                 Turn::Committed(next @ (Next::Complete | Next::Cancel { .. } | Next::Compensated), at) => {
                     let lived = (at - state.created_at).to_std().unwrap_or_default();
                     telemetry::finished(S::NAME, next == Next::Complete, lived);
@@ -103,7 +103,7 @@ impl<S: Saga> Engine<S> {
             self.crash_at(When::AfterCall, name)?;
             match outcome {
                 // This attempt was not sent, but an earlier one may have had its effect.
-                Err(StepError::Unavailable(why)) if forward.is_some() && state.maybe_sent => {
+                Err(StepError::Unavailable { reason: why, .. }) if forward.is_some() && state.maybe_sent => {
                     Err(StepError::Failed(format!("{why}; an earlier attempt may have taken effect")))
                 }
                 outcome => outcome,
@@ -152,7 +152,7 @@ impl<S: Saga> Engine<S> {
         if plan.unavailable {
             return Err(match state.at {
                 Position::Forward(_) => {
-                    StepError::Unavailable(format!("{name}: not sent by fault injection"))
+                    StepError::unavailable(format!("{name}: not sent by fault injection"))
                 }
                 // A compensation that was not sent has undone nothing yet.
                 Position::Compensation(_) => {

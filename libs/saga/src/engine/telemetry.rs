@@ -90,7 +90,7 @@ pub(super) fn label(outcome: &Result<Value, StepError>) -> &'static str {
     match outcome {
         Ok(_) => "succeeded",
         Err(StepError::Rejected(_)) => "rejected",
-        Err(StepError::Unavailable(_)) => "unavailable",
+        Err(StepError::Unavailable { .. }) => "unavailable",
         Err(StepError::Failed(_)) => "failed",
     }
 }

@@ -20,8 +20,9 @@ pub(crate) enum Next {
     Compensate { first: Position, reason: String },
     /// Nothing may have taken effect: COMPENSATED at once, for `reason`.
     Cancel { reason: String },
-    /// Run the same step again after a backoff.
-    Retry,
+    /// Run the same step again after a backoff, and `at_least` this long
+    /// (the earliest its participant's circuit breaker lets a call through).
+    Retry { at_least: Option<Duration> },
     /// All forward steps done.
     Complete,
     /// All compensations done.
@@ -44,11 +45,13 @@ pub(crate) fn transition<S: Saga>(
                 Ok(_) if i + 1 < def.steps.len() => Next::Step(Position::Forward(i + 1)),
                 Ok(_) => Next::Complete,
                 // After the pivot there is no way back: retried until it succeeds.
-                Err(_) if step.kind == StepKind::Retriable => Next::Retry,
-                Err(StepError::Unavailable(_)) if !give_up && attempts < step.options.max_attempts => {
-                    Next::Retry
+                Err(e) if step.kind == StepKind::Retriable => Next::retry_after(e),
+                Err(e @ StepError::Unavailable { .. })
+                    if !give_up && attempts < step.options.max_attempts =>
+                {
+                    Next::retry_after(e)
                 }
-                Err(StepError::Rejected(reason) | StepError::Unavailable(reason)) => {
+                Err(StepError::Rejected(reason) | StepError::Unavailable { reason, .. }) => {
                     match def.last_compensation_before(i) {
                         Some(first) => Next::Compensate { first, reason: reason.clone() },
                         None => Next::Cancel { reason: reason.clone() },
@@ -56,9 +59,9 @@ pub(crate) fn transition<S: Saga>(
                 }
                 // A pivot without compensation cannot be undone: retried until it succeeds or is rejected.
                 Err(StepError::Failed(_)) if step.kind == StepKind::Pivot && step.compensation.is_none() => {
-                    Next::Retry
+                    Next::RETRY
                 }
-                Err(StepError::Failed(_)) if !give_up && attempts < step.options.max_attempts => Next::Retry,
+                Err(StepError::Failed(_)) if !give_up && attempts < step.options.max_attempts => Next::RETRY,
                 // It may have taken effect: its own compensation runs first.
                 Err(StepError::Failed(reason)) => match def.last_compensation_before(i + 1) {
                     Some(first) => Next::Compensate { first, reason: reason.clone() },
@@ -72,8 +75,21 @@ pub(crate) fn transition<S: Saga>(
                 Some(next) => Next::Step(next),
                 None => Next::Compensated,
             },
-            Err(StepError::Failed(_) | StepError::Unavailable(_)) => Next::Retry,
+            Err(e @ (StepError::Failed(_) | StepError::Unavailable { .. })) => Next::retry_after(e),
         },
+    }
+}
+
+impl Next {
+    /// A retry after the backoff alone.
+    pub(crate) const RETRY: Next = Next::Retry { at_least: None };
+
+    /// A retry of a step that failed with `e`: not before its participant can take a call.
+    fn retry_after(e: &StepError) -> Next {
+        match e {
+            StepError::Unavailable { retry_after, .. } => Next::Retry { at_least: *retry_after },
+            _ => Next::RETRY,
+        }
     }
 }
 
@@ -109,10 +125,11 @@ impl<'a> RowUpdate<'a> {
             Next::Compensate { first, reason } => {
                 (Some(SagaStatus::Compensating), Some(*first), Some(reason.as_str()), false, None, false)
             }
-            Next::Retry => {
+            Next::Retry { at_least } => {
                 let attempts = state.attempts.unwrap_or(1).max(1) as u32;
                 let backoff = Backoff::from_millis(settings.retry_base_ms, settings.retry_max_ms);
-                (None, None, None, true, Some(backoff.delay(attempts)), false)
+                let delay = backoff.delay(attempts).max(at_least.unwrap_or_default());
+                (None, None, None, true, Some(delay), false)
             }
             Next::Complete => (Some(SagaStatus::Completed), None, None, true, None, true),
             Next::Cancel { reason } => {
@@ -133,7 +150,7 @@ impl<'a> RowUpdate<'a> {
             delay,
             finished,
             hand_back,
-            progressed: *next != Next::Retry,
+            progressed: !matches!(next, Next::Retry { .. }),
         }
     }
 }
@@ -166,11 +183,17 @@ mod tests {
         Err(StepError::Rejected("no".into()))
     }
     fn unavailable() -> Outcome {
-        Err(StepError::Unavailable("down".into()))
+        Err(StepError::unavailable("down"))
     }
     fn failed() -> Outcome {
         Err(StepError::Failed("lost".into()))
     }
+    /// Refused by an open circuit breaker that lets a call through in 500 ms.
+    fn breaker_open() -> Outcome {
+        Err(StepError::Unavailable { reason: "open".into(), retry_after: Some(HALF_A_SECOND) })
+    }
+    const HALF_A_SECOND: Duration = Duration::from_millis(500);
+    const NOT_BEFORE_THE_BREAKER: Next = Next::Retry { at_least: Some(HALF_A_SECOND) };
     fn compensate(first: Position, reason: &str) -> Next {
         Next::Compensate { first, reason: reason.into() }
     }
@@ -192,23 +215,27 @@ mod tests {
             (F(1), rejected(), 1, false, compensate(C(0), "no")),
             (F(2), rejected(), 1, false, compensate(C(1), "no")),
             // Unavailable: retried while attempts are left and the deadline allows, then as rejected.
-            (F(0), unavailable(), 1, false, Next::Retry),
-            (F(0), unavailable(), 2, false, Next::Retry),
+            (F(0), unavailable(), 1, false, Next::RETRY),
+            (F(0), unavailable(), 2, false, Next::RETRY),
+            // ...and not before an open circuit breaker lets a call through.
+            (F(0), breaker_open(), 2, false, NOT_BEFORE_THE_BREAKER),
+            (F(0), breaker_open(), 3, false, cancel("open")),
+            (F(3), breaker_open(), 99, true, NOT_BEFORE_THE_BREAKER),
             (F(0), unavailable(), 3, false, cancel("down")),
             (F(0), unavailable(), 1, true, cancel("down")),
             (F(1), unavailable(), 1, false, compensate(C(0), "down")),
             // Failed (may have had an effect): its own compensation runs first.
-            (F(0), failed(), 1, false, Next::Retry),
+            (F(0), failed(), 1, false, Next::RETRY),
             (F(0), failed(), 3, false, compensate(C(0), "lost")),
             (F(0), failed(), 1, true, compensate(C(0), "lost")),
             (F(1), failed(), 1, false, compensate(C(1), "lost")),
             // A pivot without compensation cannot be undone: retried until it succeeds or is rejected.
-            (F(2), failed(), 1, true, Next::Retry),
-            (F(2), failed(), 99, false, Next::Retry),
+            (F(2), failed(), 1, true, Next::RETRY),
+            (F(2), failed(), 99, false, Next::RETRY),
             // After the pivot: retried whatever happens.
-            (F(3), rejected(), 1, true, Next::Retry),
-            (F(3), failed(), 99, true, Next::Retry),
-            (F(3), unavailable(), 99, true, Next::Retry),
+            (F(3), rejected(), 1, true, Next::RETRY),
+            (F(3), failed(), 99, true, Next::RETRY),
+            (F(3), unavailable(), 99, true, Next::RETRY),
         ];
         for (at, outcome, attempts, give_up, next) in table {
             assert_eq!(
@@ -258,8 +285,9 @@ mod tests {
             (C(0), ok(), Next::Compensated),
             (C(0), rejected(), Next::Compensated),
             // Compensations are retried until they succeed.
-            (C(1), failed(), Next::Retry),
-            (C(0), unavailable(), Next::Retry),
+            (C(1), failed(), Next::RETRY),
+            (C(0), unavailable(), Next::RETRY),
+            (C(0), breaker_open(), NOT_BEFORE_THE_BREAKER),
         ];
         for (at, outcome, next) in table {
             for give_up in [false, true] {
@@ -297,9 +325,9 @@ mod tests {
                 false,
                 (Some(SagaStatus::Compensating), Some(C(0)), Some("no"), false, false, false, true),
             ),
-            (Next::Retry, false, false, (None, None, None, true, false, false, false)),
+            (Next::RETRY, false, false, (None, None, None, true, false, false, false)),
             // A carried step's result moves the instance to the step that commits it, even on a retry.
-            (Next::Retry, true, false, (None, Some(F(1)), None, true, false, false, false)),
+            (Next::RETRY, true, false, (None, Some(F(1)), None, true, false, false, false)),
             (
                 Next::Complete,
                 false,
@@ -333,10 +361,18 @@ mod tests {
         let backoff = Backoff::from_millis(settings.retry_base_ms, settings.retry_max_ms);
         for attempts in [1, 4, 30] {
             let delay =
-                RowUpdate::new(&Next::Retry, &state(F(1), Some(attempts)), false, false, &settings).delay;
+                RowUpdate::new(&Next::RETRY, &state(F(1), Some(attempts)), false, false, &settings).delay;
             assert!(delay.is_some_and(|d| d <= backoff.ceiling(attempts as u32)), "{delay:?}");
         }
-        assert_eq!(RowUpdate::new(&Next::Retry, &s, false, true, &settings).delay, Some(Duration::ZERO));
+        // A retry refused by an open breaker waits at least until the breaker lets a call
+        // through, also where the backoff alone would be shorter.
+        assert!(backoff.ceiling(1) < HALF_A_SECOND);
+        for attempts in [1, 2, 30] {
+            let at = state(F(1), Some(attempts));
+            let delay = RowUpdate::new(&NOT_BEFORE_THE_BREAKER, &at, false, false, &settings).delay;
+            assert!(delay.is_some_and(|d| d >= HALF_A_SECOND), "{delay:?}");
+        }
+        assert_eq!(RowUpdate::new(&Next::RETRY, &s, false, true, &settings).delay, Some(Duration::ZERO));
         assert_eq!(RowUpdate::new(&Next::Complete, &s, false, false, &settings).delay, None);
     }
 }
