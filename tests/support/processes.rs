@@ -14,7 +14,7 @@
 //! ```
 
 use crate::auth::{TEST_JWT_SECRET, admin_token};
-use crate::services::{ServicesToml, workspace_root};
+use crate::services::workspace_root;
 use sagaworks_config::KafkaSettings;
 use sagaworks_test_support::{Broker, TestDatabase, eventually, free_port};
 use std::path::{Path, PathBuf};
@@ -39,10 +39,13 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// `cargo build` of every service of `services.toml` (with the feature
-/// `test-hooks`) into the test's own
-/// target directory and profile, once per test process; a no-op (about a
-/// second) when they are up to date.
+/// The build of the stack the scripts run (`sw_build_stack` in
+/// `scripts/lib/services.sh`: every service of `services.toml` with its
+/// feature `test-hooks`, the operator CLI and sagaworks-tools, in one cargo
+/// invocation) into the test's own target directory and profile, once per
+/// test process; a no-op (about a second) when they are up to date. The
+/// same invocation as dev-up's and scripts/test's, so one feature resolution
+/// and one build serve them all.
 fn build_services(dir: &Path) {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -52,20 +55,12 @@ fn build_services(dir: &Path) {
             None => panic!("no profile directory in {}", dir.display()),
         };
         let target_dir = dir.parent().expect("target/<profile>");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut command = Command::new(cargo);
-        command.current_dir(workspace_root()).env("CARGO_TARGET_DIR", target_dir).args([
-            "build",
-            "--quiet",
-            "--locked",
-            "--profile",
-            profile,
-        ]);
-        // With their test hooks (fault injection, crash points), as dev-up builds them.
-        for service in &ServicesToml::workspace().services {
-            command.args(["-p", &service.name, "--features", &format!("{}/test-hooks", service.name)]);
-        }
-        let status = command.status().expect("cargo runs");
+        let status = Command::new("bash")
+            .current_dir(workspace_root())
+            .env("CARGO_TARGET_DIR", target_dir)
+            .args(["-c", r#". scripts/lib/services.sh && sw_build_stack "$0" --quiet"#, profile])
+            .status()
+            .expect("bash runs");
         assert!(status.success(), "building the service binaries failed ({status})");
     });
 }
