@@ -46,8 +46,19 @@ impl Browser {
         Self { binary, profile }
     }
 
-    /// Runs Chromium once on `url` with `extra` arguments; its stdout.
+    /// Runs Chromium on `url` with `extra` arguments; its stdout. Headless Chromium now and
+    /// then never exits on a busy machine (its virtual time stalls): a run that has not
+    /// finished in 90 s is killed and tried once more, which must finish.
     async fn run(&self, url: &str, extra: &[String]) -> String {
+        if let Some(out) = self.run_once(url, extra).await {
+            return out;
+        }
+        eprintln!("Chromium did not finish on {url} within 90 s: killed, trying once more");
+        self.run_once(url, extra).await.unwrap_or_else(|| panic!("Chromium did not finish on {url} twice"))
+    }
+
+    /// One run of Chromium; `None` if it did not finish within 90 s (it is killed).
+    async fn run_once(&self, url: &str, extra: &[String]) -> Option<String> {
         let mut command = tokio::process::Command::new(&self.binary);
         command
             .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
@@ -63,7 +74,7 @@ impl Browser {
         let run = command.output();
         let out = tokio::time::timeout(Duration::from_secs(90), run)
             .await
-            .unwrap_or_else(|_| panic!("Chromium did not finish on {url} within 90 s"))
+            .ok()?
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary.display()));
         assert!(
             out.status.success(),
@@ -71,7 +82,7 @@ impl Browser {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        Some(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// The page's DOM once it is ready and `shows` holds for it.

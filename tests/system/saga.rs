@@ -456,18 +456,29 @@ async fn replicas_do_not_run_a_saga_twice() {
         ids.push(order["order_id"].as_str().unwrap().to_string());
     }
     stack.order.kill();
-    // Two fresh replicas race for the 20 sagas.
+    // Two fresh replicas race for the 20 sagas. Three replicas starting at once on a busy
+    // machine can take more than the tests' usual 1 s per call, and timed-out calls open a
+    // replica's circuit breaker, which cancels orders: not what this test is about, so
+    // their calls may take 10 s.
+    let patient = |s: &mut order::config::Settings| {
+        for client in [&mut s.inventory, &mut s.payment] {
+            client.timeout_ms = 10_000;
+            client.breaker.slow_call_duration_ms = 10_000;
+        }
+    };
     let settings = || {
-        system_tests::order_settings(
+        let mut s = system_tests::order_settings(
             &stack.order_db,
             &stack.kafka_for("order"),
             &stack.inventory.grpc_url(),
             &stack.payment.grpc_url(),
-        )
+        );
+        patient(&mut s);
+        s
     };
     let _a = system_tests::start_order(settings()).await;
     let _b = system_tests::start_order(settings()).await;
-    stack.restart_order(|_| {}).await;
+    stack.restart_order(patient).await;
     for id in &ids {
         let order = stack.settled(id).await;
         assert_eq!(order["status"], "CONFIRMED", "{order}");
