@@ -114,6 +114,17 @@ pub async fn start_payment(db: &TestDatabase, kafka: &KafkaSettings, grpc_port: 
     Running::start::<Payment>(settings).await.expect("payment starts")
 }
 
+/// Calls from order to inventory and payment that may take 10 s, for tests that start many
+/// sagas or several replicas at once: on a busy machine those calls can take longer than
+/// [`client`]'s 1 s, and timed-out calls open the caller's circuit breaker, which cancels
+/// orders (the order saga's steps have one attempt). For the tests that are not about that.
+pub fn patient_calls(settings: &mut order::config::Settings) {
+    for client in [&mut settings.inventory, &mut settings.payment] {
+        client.timeout_ms = 10_000;
+        client.breaker.slow_call_duration_ms = 10_000;
+    }
+}
+
 /// Order settings for tests: short leases and polls so resumption is quick.
 pub fn order_settings(
     db: &TestDatabase,
