@@ -427,10 +427,14 @@ async fn publish_all(pool: &PgPool, kafka: &KafkaSettings) {
     task.await.unwrap();
 }
 
-/// The consistent ledger with every outbox published to a broker of its own.
+/// The consistent ledger with every outbox published to the test run's broker.
 async fn published_ledger() -> (Ledger, Broker, KafkaSettings) {
+    published_to(Broker::start().await).await
+}
+
+/// The consistent ledger with every outbox published to `broker`.
+async fn published_to(broker: Broker) -> (Ledger, Broker, KafkaSettings) {
     let l = consistent_ledger().await;
-    let broker = Broker::start().await;
     let kafka = broker.kafka_settings();
     let v = events::drained(&l.dbs, Duration::ZERO).await.unwrap();
     failed_with(&v, "order: 6 unpublished");
@@ -486,7 +490,7 @@ async fn every_event_on_kafka_passes_and_a_copy_needs_a_death_of_its_publisher()
     for deaths in [vec![], vec![death("order", before)], vec![death("payment", sent)]] {
         let v = events::exactly_once(&l.dbs, &kafka, &deaths, KAFKA_TIMEOUT).await.unwrap();
         failed_with(&v, &format!("{confirmed} (order outbox) sent again at"));
-        assert!(v.detail.contains("1 copies: 0 after a death of their publisher, 1 unexplained"), "{v}");
+        assert!(v.detail.contains("1 copies: 0 after a death of their publisher, 0 after a change of their partition's leader, 1 unexplained"), "{v}");
     }
     // The order service died after the first send: its successor sent it again.
     let v = events::exactly_once(
@@ -499,7 +503,24 @@ async fn every_event_on_kafka_passes_and_a_copy_needs_a_death_of_its_publisher()
     .unwrap();
     assert!(v.ok, "{v}");
     assert!(v.detail.contains("16 messages, 15 distinct ids"), "{v}");
-    assert!(v.detail.contains("1 copies: 1 after a death of their publisher, 0 unexplained"), "{v}");
+    assert!(v.detail.contains("1 copies: 1 after a death of their publisher, 0 after a change of their partition's leader, 0 unexplained"), "{v}");
+}
+
+#[tokio::test]
+async fn a_copy_written_under_a_new_partition_leader_is_explained() {
+    let (l, mut broker, kafka) = published_to(Broker::private().await).await;
+    let confirmed: Uuid =
+        sqlx::query_scalar("SELECT id FROM outbox_ledger WHERE event_type = 'OrderConfirmed'")
+            .fetch_one(l.order())
+            .await
+            .unwrap();
+    // The node restarts: every partition gets a leader again, in a new leader epoch.
+    broker.stop();
+    broker.restart().await;
+    send_order_event(&kafka, confirmed, CONFIRMED, None).await;
+    let v = events::exactly_once(&l.dbs, &kafka, &[], KAFKA_TIMEOUT).await.unwrap();
+    assert!(v.ok, "{v}");
+    assert!(v.detail.contains("1 copies: 0 after a death of their publisher, 1 after a change of their partition's leader, 0 unexplained"), "{v}");
 }
 
 #[tokio::test]

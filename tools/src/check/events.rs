@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use sagaworks_config::KafkaSettings;
 use sagaworks_outbox::kafka::{client_config, headers, topic_name};
 use sagaworks_outbox::ledger;
@@ -58,6 +58,18 @@ pub struct Delivered {
     pub offset: i64,
     /// The producer's create time.
     pub timestamp: Option<DateTime<Utc>>,
+    /// The partition leader epoch it was written in (`None` when the broker
+    /// did not say): it grows with every change of the partition's leader.
+    pub leader_epoch: Option<i32>,
+}
+
+/// The leader epoch of the batch `message` came in; the rdkafka crate does
+/// not wrap librdkafka's accessor.
+fn leader_epoch(message: &BorrowedMessage<'_>) -> Option<i32> {
+    // SAFETY: `message.ptr()` points to the librdkafka message that `message`
+    // borrows, alive for as long as `message` is; the call only reads it.
+    let epoch = unsafe { rdkafka::bindings::rd_kafka_message_leader_epoch(message.ptr()) };
+    (epoch >= 0).then_some(epoch)
 }
 
 /// Every message on the topics, in offset order per partition.
@@ -113,6 +125,7 @@ pub fn read_topics(kafka: &KafkaSettings, timeout: Duration) -> Result<Vec<Deliv
             partition: message.partition(),
             offset: message.offset(),
             timestamp: message.timestamp().to_millis().and_then(DateTime::from_timestamp_millis),
+            leader_epoch: leader_epoch(&message),
         });
         let key = (message.topic().to_string(), message.partition());
         if ends.get(&key).is_some_and(|&high| message.offset() + 1 >= high) {
@@ -161,12 +174,21 @@ const DEATH_SLACK: chrono::TimeDelta = chrono::TimeDelta::seconds(1);
 /// status).
 ///
 /// A copy (the same `ce_id` again) is allowed, as consumers dedup by it, but
-/// only with a cause: a death of the service that published it (`deaths`:
-/// the chaos run's kills, crash points and crashes) between the send before
-/// and the copy. Such a relay had the broker's ack but had not deleted the
-/// row, and its successor sent it again. A copy without one would
-/// be the producer's own retries writing twice, which the idempotent
-/// producer must prevent.
+/// only with a cause between the send before and the copy:
+///
+/// * a death of the service that published it (`deaths`: the chaos run's
+///   kills, crash points and crashes): such a relay had the broker's ack but
+///   had not deleted the row, and its successor sent it again;
+/// * a change of the partition's leader (the copy's leader epoch is higher):
+///   a batch in flight to the old leader may have been written without its
+///   ack reaching the producer, and librdkafka's idempotent producer retries
+///   such a batch under a bumped producer epoch after another partition's
+///   sequence error, which the new leader cannot dedup (librdkafka issue
+///   4953); the relay also sends a batch again whose ack failed.
+///
+/// A copy with neither, in the same leader epoch, is a producer's retry written
+/// twice by one leader, which the idempotent producer must prevent, or a relay
+/// that sent a published event again.
 pub async fn exactly_once(
     dbs: &Databases,
     kafka: &KafkaSettings,
@@ -210,11 +232,12 @@ pub async fn exactly_once(
     missing.sort();
     unknown.sort();
     let disorder = out_of_order(&messages, &rows);
-    let (explained, unexplained) = copies(&copies_of, &rows, deaths);
+    let copies = copies(&copies_of, &rows, deaths);
     let copies_total: usize = copies_of.values().map(|c| c.len() - 1).sum();
     let mut detail = format!(
         "{} events written, {} messages, {} distinct ids, {} missing, {} unknown, {} out of order, \
-         {} emitted twice; {copies_total} copies: {explained} after a death of their publisher, {} unexplained",
+         {} emitted twice; {copies_total} copies: {} after a death of their publisher, {} after a change \
+         of their partition's leader, {} unexplained",
         rows.len(),
         messages.len(),
         copies_of.len(),
@@ -222,10 +245,12 @@ pub async fn exactly_once(
         unknown.len(),
         disorder.len(),
         twice.len(),
-        unexplained.len(),
+        copies.after_death,
+        copies.after_leader_change,
+        copies.unexplained.len(),
     );
     let offenders: Vec<String> =
-        missing.into_iter().chain(unknown).chain(disorder).chain(twice).chain(unexplained).collect();
+        missing.into_iter().chain(unknown).chain(disorder).chain(twice).chain(copies.unexplained).collect();
     if !offenders.is_empty() {
         detail.push_str(&format!(": {}", first(&offenders)));
     }
@@ -271,38 +296,54 @@ fn out_of_order(messages: &[Delivered], rows: &HashMap<Uuid, Row>) -> Vec<String
     offenders
 }
 
-/// Counts the copies a death of their publisher explains, and names the others.
-fn copies(
-    copies_of: &HashMap<Uuid, Vec<&Delivered>>,
-    rows: &HashMap<Uuid, Row>,
-    deaths: &[Kill],
-) -> (usize, Vec<String>) {
-    let mut explained = 0;
-    let mut unexplained = Vec::new();
+/// The copies of events, by cause (see [`exactly_once`]).
+struct Copies {
+    after_death: usize,
+    after_leader_change: usize,
+    /// One line per copy without a cause.
+    unexplained: Vec<String>,
+}
+
+/// Sorts every copy by its cause, and names those without one.
+fn copies(copies_of: &HashMap<Uuid, Vec<&Delivered>>, rows: &HashMap<Uuid, Row>, deaths: &[Kill]) -> Copies {
+    let mut out = Copies { after_death: 0, after_leader_change: 0, unexplained: Vec::new() };
     for (id, sends) in copies_of {
         let Some(row) = rows.get(id) else { continue };
         let mut sends = sends.clone();
         sends.sort_by_key(|m| (m.timestamp, m.offset));
         for pair in sends.windows(2) {
             let (before, copy) = (pair[0], pair[1]);
-            let caused = match (before.timestamp, copy.timestamp) {
+            let died = match (before.timestamp, copy.timestamp) {
                 (Some(sent), Some(again)) => deaths.iter().any(|d| {
                     d.target == row.service && d.killed_at >= sent - DEATH_SLACK && d.killed_at <= again
                 }),
                 _ => false,
             };
-            if caused {
-                explained += 1;
+            let new_leader = before.partition == copy.partition
+                && matches!((before.leader_epoch, copy.leader_epoch), (Some(a), Some(b)) if b > a);
+            if died {
+                out.after_death += 1;
+            } else if new_leader {
+                out.after_leader_change += 1;
             } else {
-                unexplained.push(format!(
-                    "{id} ({} outbox) sent again at {}[{}]@{} with no death of {} since its send at @{}",
-                    row.service, copy.topic, copy.partition, copy.offset, row.service, before.offset
+                let epoch = |m: &Delivered| m.leader_epoch.map_or("?".to_string(), |e| e.to_string());
+                out.unexplained.push(format!(
+                    "{id} ({} outbox) sent again at {}[{}]@{} (leader epoch {}) with no death of {} and no \
+                     new leader since its send at @{} (leader epoch {})",
+                    row.service,
+                    copy.topic,
+                    copy.partition,
+                    copy.offset,
+                    epoch(copy),
+                    row.service,
+                    before.offset,
+                    epoch(before)
                 ));
             }
         }
     }
-    unexplained.sort();
-    (explained, unexplained)
+    out.unexplained.sort();
+    out
 }
 
 /// The business facts written to an outbox more than once (see
