@@ -829,6 +829,22 @@ class ServiceReplicasTest(unittest.TestCase):
                     extra = {port + 100 * r for r in range(1, 9)}
                     self.assertFalse(extra & fixed, f"{name}: a replica port collides: {sorted(extra & fixed)}")
 
+    def test_a_bad_services_toml_stops_the_sourcing_script_with_the_loaders_reason(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            bad = Path(tmp) / "services.toml"
+            text = (ROOT / "services.toml").read_text()
+            for broken, reason in [
+                (text.replace('kind = "gateway"', 'kind = "frontend"'), "kind must be one of"),
+                (text.replace("[broker]", "[brokers]"), "[broker] needs a name"),
+            ]:
+                with self.subTest(reason):
+                    self.assertNotEqual(text, broken)
+                    bad.write_text(broken)
+                    done = self.sh("echo sourced", SW_SERVICES_TOML=str(bad))
+                    self.assertNotEqual(done.returncode, 0)
+                    self.assertNotIn("sourced", done.stdout)
+                    self.assertIn(reason, done.stderr)
+
     def test_a_replica_count_out_of_range_is_an_error(self) -> None:
         for bad in ("0", "10", "x", "-1"):
             with self.subTest(bad):

@@ -25,71 +25,50 @@
 # The lists are also arrays (SW_SERVICES, SW_BACKENDS, SW_GATEWAYS, SW_DB_SERVICES,
 # SW_PROCESSES, SW_START_WAVES, SW_TOPICS), the rest associative arrays (SW_PORTS keyed
 # <svc>/http, <svc>/grpc and broker/; SW_DB_SUFFIX, SW_DB_ROLE keyed by service).
-# The file is read once, when this is sourced (python3 >= 3.11: tomllib, the standard
-# library), and checked: a bad file stops the sourcing script. SW_SERVICES_TOML overrides
-# the file's path.
+# The file is read once, when this is sourced, by the Python tools' loader
+# (scripts/lib/services_toml.py: python3 >= 3.11), which checks it: a bad file stops the
+# sourcing script. SW_SERVICES_TOML overrides the file's path.
 SW_SERVICES_TOML="${SW_SERVICES_TOML:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/services.toml}"
 
-_sw_vars="$(python3 - "$SW_SERVICES_TOML" <<'PY'
-import re, shlex, sys, tomllib
+_sw_vars="$(python3 - "$SW_SERVICES_TOML" "$(dirname "${BASH_SOURCE[0]}")" <<'PY'
+import shlex, sys
+from pathlib import Path
 
-path = sys.argv[1]
-def fail(msg):
-    sys.exit(f"{path}: {msg}")
+sys.path.insert(0, sys.argv[2])
+from services_toml import broker, load_services
 
+path = Path(sys.argv[1])
 try:
-    with open(path, "rb") as f:
-        doc = tomllib.load(f)
-except (OSError, tomllib.TOMLDecodeError) as e:
-    fail(e)
-name_re = re.compile(r"[a-z][a-z0-9]*")
-ident_re = re.compile(r"[a-z][a-z0-9_]*")
-broker = doc.get("broker") or {}
-if not name_re.fullmatch(str(broker.get("name", ""))) or not isinstance(broker.get("port"), int):
-    fail("[broker] needs a name and a port")
-services, wave = [], {}
-for s in doc.get("service") or []:
-    name = s.get("name")
-    if not isinstance(name, str) or not name_re.fullmatch(name) or name in wave or name == broker["name"]:
-        fail(f"bad or repeated service name {name!r}")
-    if s.get("kind") not in ("backend", "gateway"):
-        fail(f"{name}: kind must be backend or gateway")
-    for key in ("http_port", "grpc_port"):
-        if key in s and not isinstance(s[key], int):
-            fail(f"{name}: {key} must be a number")
-    if "http_port" not in s:
-        fail(f"{name}: no http_port")
-    db = s.get("database")
-    if db is not None and not all(ident_re.fullmatch(str(db.get(k, ""))) for k in ("suffix", "role")):
-        fail(f"{name}: database needs a suffix and a role")
-    for callee in s.get("calls") or []:
-        if callee not in wave:
-            fail(f"{name} calls {callee!r}, which is not a service listed before it")
-    # Started once everything it calls is ready.
-    wave[name] = 1 + max((wave[c] for c in s.get("calls") or []), default=-1)
-    services.append(s)
+    services = list(load_services(path).values())
+    broker_name, broker_port = broker(path)
+except (OSError, ValueError) as e:
+    sys.exit(str(e))
+# Started once everything it calls is ready (a service calls only those listed before it).
+wave = {}
+for s in services:
+    wave[s.name] = 1 + max((wave[c] for c in s.calls), default=-1)
 
 def arr(var, items):
     print(f"{var}=({' '.join(shlex.quote(str(i)) for i in items)})")
 
-names = [s["name"] for s in services]
+names = [s.name for s in services]
 arr("SW_SERVICES", names)
-arr("SW_BACKENDS", [s["name"] for s in services if s["kind"] == "backend"])
-arr("SW_GATEWAYS", [s["name"] for s in services if s["kind"] == "gateway"])
-arr("SW_DB_SERVICES", [s["name"] for s in services if s.get("database")])
-arr("SW_PROCESSES", [broker["name"], *names])
+arr("SW_BACKENDS", [s.name for s in services if s.kind == "backend"])
+arr("SW_GATEWAYS", [s.name for s in services if s.kind == "gateway"])
+arr("SW_DB_SERVICES", [s.name for s in services if s.database])
+arr("SW_PROCESSES", [broker_name, *names])
 arr("SW_START_WAVES", [" ".join(n for n in names if wave[n] == w) for w in sorted(set(wave.values()))])
-arr("SW_TOPICS", [t for s in services for t in s.get("topics") or []])
-ports = {f"{broker['name']}/": broker["port"]}
+arr("SW_TOPICS", [t for s in services for t in s.topics])
+ports = {f"{broker_name}/": broker_port}
 for s in services:
-    ports[f"{s['name']}/http"] = s["http_port"]
-    if "grpc_port" in s:
-        ports[f"{s['name']}/grpc"] = s["grpc_port"]
+    ports[f"{s.name}/http"] = s.ports.http
+    if s.ports.grpc is not None:
+        ports[f"{s.name}/grpc"] = s.ports.grpc
 print("declare -gA SW_PORTS=(" + " ".join(f"[{k}]={v}" for k, v in ports.items()) + ")")
-dbs = [(s["name"], s["database"]) for s in services if s.get("database")]
-print("declare -gA SW_DB_SUFFIX=(" + " ".join(f"[{n}]={d['suffix']}" for n, d in dbs) + ")")
-print("declare -gA SW_DB_ROLE=(" + " ".join(f"[{n}]={d['role']}" for n, d in dbs) + ")")
-print("declare -gA SW_CALLS=(" + " ".join(f"[{s['name']}]={shlex.quote(' '.join(s.get('calls') or []))}" for s in services) + ")")
+dbs = [(s.name, s.database) for s in services if s.database]
+print("declare -gA SW_DB_SUFFIX=(" + " ".join(f"[{n}]={d.suffix}" for n, d in dbs) + ")")
+print("declare -gA SW_DB_ROLE=(" + " ".join(f"[{n}]={d.role}" for n, d in dbs) + ")")
+print("declare -gA SW_CALLS=(" + " ".join(f"[{s.name}]={shlex.quote(' '.join(s.calls))}" for s in services) + ")")
 PY
 )" || { echo "scripts/lib/services.sh: cannot read $SW_SERVICES_TOML" >&2; exit 1; }
 eval "$_sw_vars"

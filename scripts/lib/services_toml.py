@@ -1,6 +1,7 @@
 """services.toml, the one list of services, read and checked for every Python tool:
 deploy/tidy and its tests, scripts/lib/generate/ (scripts/generate),
-scripts/lib/kafka_acls.py (Kafka's users, topics and ACLs) and deploy/release_images.py.
+scripts/lib/kafka_acls.py (Kafka's users, topics and ACLs), deploy/release_images.py, and
+the shell scripts (scripts/lib/services.sh turns what it reads into bash arrays).
 
     from services_toml import load_services, backends
     specs = load_services()            # {name: Service}, in file (start) order
@@ -137,7 +138,21 @@ def backends(services: dict[str, Service]) -> list[Service]:
     return [s for s in services.values() if s.kind == "backend"]
 
 
-def broker_port(path: Path = SERVICES_TOML) -> int:
-    """The `[broker]` port: the dev stack's Kafka, which no service port may take."""
+def broker(path: Path = SERVICES_TOML) -> tuple[str, int]:
+    """The `[broker]` name and port: the dev stack's Kafka, which no service port may take.
+    ValueError when either is missing or malformed."""
     with open(path, "rb") as f:
-        return int(tomllib.load(f)["broker"]["port"])
+        try:
+            doc = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path}: {e}") from None
+    raw = doc.get("broker")
+    name, port = (raw.get("name"), raw.get("port")) if isinstance(raw, dict) else (None, None)
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9]*", name) or not isinstance(port, int):
+        raise ValueError(f"{path}: [broker] needs a name ([a-z][a-z0-9]*) and a port")
+    return name, port
+
+
+def broker_port(path: Path = SERVICES_TOML) -> int:
+    """The `[broker]` port (see `broker`)."""
+    return broker(path)[1]
