@@ -1,9 +1,8 @@
 //! No crate of the workspace has an import cycle between its modules, at any
 //! depth: no module uses a module that uses it back, directly or through
 //! others. A cycle makes modules impossible to read, test or move one at a
-//! time (the gateway's API state once depended on the auth middleware, which
-//! depended on that state; the saga engine, its operator actions and its steps
-//! once imported each other).
+//! time: an API state that depends on the middleware that depends on the
+//! state can only be understood, and changed, as one.
 //!
 //! Every crate is checked: the libraries, the services, the tools and the
 //! service template. Paths through `crate::`, `super::` and `self::`, and a

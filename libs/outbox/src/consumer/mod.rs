@@ -1,6 +1,5 @@
 //! The idempotent consumer: [`Consumer`] (its docs say what it guarantees and how).
 
-mod dlq;
 mod envelope;
 mod handler;
 mod inbox;

@@ -1,13 +1,17 @@
 //! Handling a message, or a batch of them: the inbox row and the handler in
-//! one transaction, inside the message's consumer span.
+//! one transaction, inside the message's consumer span; a message that fails
+//! is tried again with backoff, and one that cannot be handled is parked on
+//! its dead-letter topic.
 
 #[cfg(doc)]
 use super::ConsumerSettings;
 use super::inbox;
 use super::outcome::Outcome;
 use super::worker::Interrupted;
-use super::{Consumer, Handler, HandlerError, ReceivedEvent};
-use crate::dead_letter::DlqReason;
+use super::{Consumer, Handler, HandlerError, ReceivedEvent, UnsupportedVersionPolicy};
+use crate::backoff::Backoff;
+use crate::dead_letter::headers::Parked;
+use crate::dead_letter::{DlqReason, NotParked, park};
 use crate::metrics as m;
 use opentelemetry::trace::Status;
 use rdkafka::message::{Headers, Message, OwnedMessage};
@@ -193,10 +197,78 @@ impl<H: Handler> Consumer<H> {
 
     /// Inbox row + handler in one transaction (a batch of one, in the
     /// current span: the message's).
-    pub(super) async fn handle_once(&self, event: &ReceivedEvent) -> Result<Outcome, HandlerError> {
+    async fn handle_once(&self, event: &ReceivedEvent) -> Result<Outcome, HandlerError> {
         let span = tracing::Span::current();
         let outcomes = self.handle_batch(std::slice::from_ref(event), std::slice::from_ref(&span)).await?;
         Ok(outcomes[0])
+    }
+
+    /// [`Self::handle_once`], tried again with backoff while the handler's error is
+    /// retryable and attempts are left ([`ConsumerSettings::max_attempts`]); then, or
+    /// at once for a permanent error, the message is parked on its dead-letter topic.
+    async fn handle_with_retries(
+        &self,
+        msg: &OwnedMessage,
+        event: &ReceivedEvent,
+        shutdown: &CancellationToken,
+    ) -> Result<Outcome, Interrupted> {
+        let mut backoff = Backoff::new(self.settings.retry_base_ms, self.settings.retry_max_ms);
+        let max = self.settings.max_attempts.max(1);
+        let mut attempt = 1;
+        loop {
+            // What went wrong, the reason it is parked under, and whether another try may help.
+            let (error, reason, retry) = match self.handle_once(event).await {
+                Ok(outcome) => return Ok(outcome),
+                Err(HandlerError::Permanent(e)) => (e, DlqReason::Rejected, false),
+                Err(HandlerError::UnsupportedSchemaVersion(e)) => (
+                    e,
+                    DlqReason::UnsupportedSchemaVersion,
+                    self.settings.unsupported_schema_version == UnsupportedVersionPolicy::Retry,
+                ),
+                Err(HandlerError::Retryable(e)) => (e, DlqReason::RetriesExhausted, true),
+            };
+            metrics::counter!(m::CONSUMER_ERRORS_TOTAL, "group" => self.settings.group_id.clone(),
+                "topic" => event.topic.clone())
+            .increment(1);
+            if !retry || attempt >= max {
+                tracing::warn!(error = %error, event_id = %event.id, attempt, reason = reason.label(), "dead-lettering event");
+                return self.dead_letter(msg, reason, &error, attempt, shutdown).await;
+            }
+            let delay = backoff.next_delay();
+            tracing::info!(error = %error, event_id = %event.id, attempt, retry_in = ?delay, "retrying event");
+            tokio::select! {
+                _ = shutdown.cancelled() => return Err(Interrupted),
+                _ = tokio::time::sleep(delay) => {}
+            }
+            attempt += 1;
+        }
+    }
+
+    /// Parks `msg` on `<topic>.dlq` with why ([`park`]: until the broker acks it or
+    /// shutdown arrives) and counts it.
+    async fn dead_letter(
+        &self,
+        msg: &OwnedMessage,
+        reason: DlqReason,
+        error: &str,
+        attempts: u32,
+        shutdown: &CancellationToken,
+    ) -> Result<Outcome, Interrupted> {
+        let parked = Parked {
+            reason,
+            error,
+            attempts,
+            topic: msg.topic(),
+            partition: msg.partition(),
+            offset: msg.offset(),
+            group: &self.settings.group_id,
+        };
+        let backoff = Backoff::new(self.settings.retry_base_ms, self.settings.retry_max_ms.max(1_000));
+        park(&self.dlq, msg, &parked, backoff, shutdown).await.map_err(|NotParked| Interrupted)?;
+        metrics::counter!(m::CONSUMER_DLQ_TOTAL, "group" => self.settings.group_id.clone(),
+            "topic" => msg.topic().to_string())
+        .increment(1);
+        Ok(Outcome::DeadLettered)
     }
 }
 

@@ -1,5 +1,6 @@
-//! Operating dead-letter topics: list, show, replay and discard the messages
-//! a [`Consumer`](crate::Consumer) parked in `<topic>.dlq`.
+//! Dead-letter topics: a [`Consumer`](crate::Consumer) parks the messages it
+//! cannot handle in `<topic>.dlq` (`park`), and operators list, show, replay
+//! and discard them ([`DeadLetters`]).
 //!
 //! ```ignore
 //! let dead_letters = DeadLetters::new(pool, &kafka, settings)?;
@@ -52,7 +53,8 @@
 //!
 //! The files: `model` (what an operator sees and asks for, and why a
 //! message was parked; re-exported here), `headers` (the `dlq_*` headers a consumer writes
-//! and the reader reads back), `reader` (reading the topics), `replay`
+//! and the reader reads back), `park` (a consumer's send of a message to its
+//! dead-letter topic), `reader` (reading the topics), `replay`
 //! (replay and discard), `audit` (the operators' records in the database)
 //! and `gauges`.
 
@@ -61,6 +63,7 @@ mod model;
 
 mod audit;
 mod gauges;
+mod park;
 mod reader;
 mod replay;
 
@@ -70,6 +73,7 @@ pub use model::{
 };
 
 pub(crate) use model::DlqReason;
+pub(crate) use park::{NotParked, park};
 
 use crate::OutboxError;
 use crate::kafka::{self, OffRuntimeDrop};
