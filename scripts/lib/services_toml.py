@@ -65,16 +65,21 @@ _SERVICE_KEYS = {
 _RPC_PATTERN = re.compile(r"[A-Z][A-Za-z0-9]*/([A-Z][A-Za-z0-9]*|\*)")
 
 
+def _document(path: Path) -> dict:
+    """The file as TOML; ValueError when it is not TOML."""
+    with open(path, "rb") as f:
+        try:
+            return tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path}: {e}") from None
+
+
 def load_services(path: Path = SERVICES_TOML) -> dict[str, Service]:
     """services.toml's services, in file (start) order. ValueError when it is not well formed:
     unknown keys, a name that is no crate name or repeats, a kind other than SERVICE_KINDS, a
     backend without a gRPC port or a gateway with one or with a database, a port, role or
     topic used twice, a call of a service not listed before the caller."""
-    with open(path, "rb") as f:
-        try:
-            doc = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{path}: {e}") from None
+    doc = _document(path)
     services: dict[str, Service] = {}
     seen_ports: dict[int, str] = {}
     if isinstance(doc.get("broker"), dict) and isinstance(doc["broker"].get("port"), int):
@@ -141,12 +146,7 @@ def backends(services: dict[str, Service]) -> list[Service]:
 def broker(path: Path = SERVICES_TOML) -> tuple[str, int]:
     """The `[broker]` name and port: the dev stack's Kafka, which no service port may take.
     ValueError when either is missing or malformed."""
-    with open(path, "rb") as f:
-        try:
-            doc = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{path}: {e}") from None
-    raw = doc.get("broker")
+    raw = _document(path).get("broker")
     name, port = (raw.get("name"), raw.get("port")) if isinstance(raw, dict) else (None, None)
     if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9]*", name) or not isinstance(port, int):
         raise ValueError(f"{path}: [broker] needs a name ([a-z][a-z0-9]*) and a port")
